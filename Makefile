@@ -1,0 +1,50 @@
+# The two commands of the README: `make demo` and `make test`. Both do all set-up on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+# Debian packages the tests use: dnsmasq (the guest's DHCP server), busybox (udhcpc as the guest's
+# DHCP client), qemu-utils (qemu-img checks the qcow2 overlays we write), iproute2 (network namespaces).
+SYSTEM_TOOLS := dnsmasq:dnsmasq-base busybox:busybox qemu-img:qemu-utils ip:iproute2
+
+.PHONY: all demo test venv system-deps lint bench proto clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(STAMP)
+
+# Installs missing Debian packages when running as root (CI does); otherwise says what is missing.
+system-deps:
+	@missing=""; for pair in $(SYSTEM_TOOLS); do tool=$${pair%%:*}; pkg=$${pair##*:}; \
+	  command -v $$tool >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  else echo "not root: tests needing$$missing will say so"; fi; \
+	fi
+
+demo: $(STAMP)
+	$(PY) -m ch_launcher.demo examples/vmi-demo.yaml
+
+# pytest's exit code 5 (no tests collected) is non-zero, so make fails on it like on any failure.
+test: $(STAMP) system-deps
+	$(VENV)/bin/lint-imports --config .importlinter
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	for b in bench/*.py; do $(PY) $$b || exit 1; done
+
+proto: $(STAMP)
+	$(PY) ch_launcher/_proto/regenerate.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Generated gRPC code for the KubeVirt launcher contract (see regenerate.py)."""

@@ -1,0 +1,109 @@
+"""Inputs of a translation and the working state configurators share.
+
+`LauncherEnv` holds the launcher's directories (from its flags) and, inside a pod, the facts of
+that pod (`PodFacts`). The admission webhook translates with `pod=None`: every configurator
+must then check what it can without the pod and leave pod-dependent values as placeholders, so
+the webhook and the launcher agree on what is supported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from ch_launcher.ch.vmconfig import VmConfig
+from ch_launcher.convert.errors import Degradation, Reason, UnsupportedFeature, UnsupportedFeatures
+from ch_launcher.convert.plan import Step
+from ch_launcher.kubevirt.domain import DomainDisk, DomainInterface
+from ch_launcher.kubevirt.vmi import VirtualMachineInstance
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What the launcher reads from its pod before translating (none of it exists at admission)."""
+
+    environ: Mapping[str, str] = field(default_factory=dict)  # PCI_RESOURCE_*, POD_NAME, ...
+    cpuset: tuple[int, ...] = ()  # CPUs of the compute container's cpuset
+    link_mtu: Mapping[str, int] = field(default_factory=dict)  # link name (tap0, eth0, ...) -> MTU
+
+
+@dataclass(frozen=True)
+class LauncherEnv:
+    """Directories of the launcher (DESIGN.md: every path derives from the flags)."""
+
+    private_dir: str = "/var/run/kubevirt-private"
+    share_dir: str = "/var/run/kubevirt"
+    ephemeral_disk_dir: str = "/var/run/kubevirt-ephemeral-disks"
+    container_disk_dir: str = "/var/run/kubevirt/container-disks"
+    hotplug_disk_dir: str = "/var/run/kubevirt/hotplug-disks"
+    firmware_dir: str = "/usr/share/cloud-hypervisor"
+    pod: PodFacts | None = None
+
+
+@dataclass(frozen=True)
+class SMBios:
+    manufacturer: str = ""
+    product: str = ""
+    version: str = ""
+    sku: str = ""
+    family: str = ""
+
+
+@dataclass(frozen=True)
+class LauncherOptions:
+    """The parts of `VirtualMachineOptions` (Sync request) that translation uses."""
+
+    smbios: SMBios = field(default_factory=SMBios)
+    interface_domain_attachment: Mapping[str, str] = field(default_factory=dict)
+    preallocated_volumes: tuple[str, ...] = ()
+    serial_console_log_disabled: bool = False
+    free_page_reporting_disabled: bool = False
+
+
+class Translation:
+    """The working state of one translation: the config being built and what was found.
+
+    Configurators read `vmi`, `env` and `options`, fill `config`, append `steps`, `disks`,
+    `interfaces`, and report with `unsupported()` / `warn()`. A configurator may also raise
+    `UnsupportedFeature`; `checking()` records it and lets the others run, so the user sees
+    every problem at once.
+    """
+
+    def __init__(self, vmi: VirtualMachineInstance, env: LauncherEnv, options: LauncherOptions):
+        self.vmi = vmi
+        self.env = env
+        self.options = options
+        self.config = VmConfig()
+        self.steps: list[Step] = []
+        self.disks: list[DomainDisk] = []
+        self.interfaces: list[DomainInterface] = []
+        self.problems: list[UnsupportedFeature] = []
+        self.warnings: list[Degradation] = []
+        self.shared_memory_reasons: list[str] = []  # devices that need memory.shared (or hugepages)
+        self.serial_socket: str | None = None
+
+    @property
+    def vmi_dir(self) -> str:
+        """`<private-dir>/<vmi-uid>`: console sockets and per-VM files live here."""
+        return f"{self.env.private_dir}/{self.vmi.metadata.uid}"
+
+    def unsupported(self, field_path: str, message: str, reason: Reason = "FieldValueNotSupported") -> None:
+        self.problems.append(UnsupportedFeature(field_path, message, reason))
+
+    def warn(self, field_path: str, message: str) -> None:
+        self.warnings.append(Degradation(field_path, message))
+
+    def need_shared_memory(self, why: str) -> None:
+        """Record that a device (virtio-fs, vhost-user, ...) needs guest memory shared."""
+        self.shared_memory_reasons.append(why)
+
+    @contextlib.contextmanager
+    def checking(self) -> Iterator[None]:
+        """Run a configurator step; record an UnsupportedFeature it raises and carry on."""
+        try:
+            yield
+        except UnsupportedFeatures as e:
+            self.problems.extend(e.problems)
+        except UnsupportedFeature as e:
+            self.problems.append(e)

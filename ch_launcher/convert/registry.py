@@ -1,0 +1,16 @@
+"""The ordered list of configurators `translate()` runs. Each module owns one concern.
+
+Order matters where one concern reads what an earlier one decided: the vCPU count before disk
+and NIC queues; devices that need shared memory before memory is finalised; policy last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ch_launcher.convert.context import Translation
+
+CONFIGURATORS: list[Callable[[Translation], None]] = [
+    # compute, firmware, storage, console, network, devices, memory, policy: listed here by
+    # their modules as they land.
+]

@@ -1,0 +1,630 @@
+"""The inbound model of `kubevirt.io/v1 VirtualMachineInstance`, as far as ch-launcher reads it.
+
+Attribute names are the JSON names of KubeVirt's API (`staging/src/kubevirt.io/api/core/v1/
+types.go`, `schema.go`), camelCase included, so that a field path built from attribute names is
+the path users see in KubeVirt's own errors (`spec.domain.devices.disks[1].cdrom`).
+
+Inbound models ignore unknown fields (upstream adds fields with every release) and treat JSON
+`null` as "absent". Presence matters in KubeVirt's API (`rng: {}` switches a device on), so
+optional blocks are `None` when absent and an `Empty` object when present.
+
+`parse_vmi()` raises `InvalidVMI` with KubeVirt-style field paths for a payload that does not
+decode; it never raises anything else.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Quantity = str | int | float
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_nulls(cls, data: Any) -> Any:
+        # Go decodes `null` as the zero value; treat it as "absent" so defaults apply.
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None}
+        return data
+
+
+class Empty(_Model):
+    """A presence-only block such as `masquerade: {}` or `rng: {}`."""
+
+
+# --- metadata -------------------------------------------------------------------------------
+
+
+class OwnerReference(_Model):
+    apiVersion: str = ""
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    controller: bool | None = None
+
+
+class ObjectMeta(_Model):
+    name: str = ""
+    generateName: str = ""
+    namespace: str = ""
+    uid: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    ownerReferences: list[OwnerReference] = Field(default_factory=list)
+    deletionTimestamp: str | None = None
+    creationTimestamp: str | None = None
+
+
+# --- spec.domain: compute and memory ---------------------------------------------------------
+
+
+class ResourceRequirements(_Model):
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    limits: dict[str, Quantity] = Field(default_factory=dict)
+    overcommitGuestOverhead: bool = False
+
+
+class CPUFeature(_Model):
+    name: str
+    policy: str = "require"
+
+
+class NUMA(_Model):
+    guestMappingPassthrough: Empty | None = None
+
+
+class Realtime(_Model):
+    mask: str = ""
+
+
+class CPU(_Model):
+    cores: int = 0
+    sockets: int = 0
+    threads: int = 0
+    maxSockets: int = 0
+    model: str = ""
+    features: list[CPUFeature] = Field(default_factory=list)
+    dedicatedCpuPlacement: bool = False
+    numa: NUMA | None = None
+    isolateEmulatorThread: bool = False
+    realtime: Realtime | None = None
+
+
+class Hugepages(_Model):
+    pageSize: str = ""
+
+
+class ReservedOverhead(_Model):
+    addedOverhead: Quantity | None = None
+    memLock: str = ""  # "Required" | "NotRequired"
+
+
+class Memory(_Model):
+    guest: Quantity | None = None
+    maxGuest: Quantity | None = None
+    hugepages: Hugepages | None = None
+    reservedOverhead: ReservedOverhead | None = None
+
+
+class Machine(_Model):
+    type: str = ""
+
+
+# --- spec.domain: firmware, features, clock --------------------------------------------------
+
+
+class BIOS(_Model):
+    useSerial: bool | None = None
+
+
+class EFI(_Model):
+    secureBoot: bool | None = None  # nil means true in KubeVirt
+    persistent: bool | None = None
+
+
+class Bootloader(_Model):
+    bios: BIOS | None = None
+    efi: EFI | None = None
+
+
+class KernelBootContainer(_Model):
+    image: str = ""
+    kernelPath: str = ""
+    initrdPath: str = ""
+    imagePullPolicy: str = ""
+
+
+class KernelBoot(_Model):
+    kernelArgs: str = ""
+    container: KernelBootContainer | None = None
+
+
+class FirmwareACPI(_Model):
+    slicNameRef: str = ""
+    msdmNameRef: str = ""
+
+
+class Firmware(_Model):
+    uuid: str = ""
+    serial: str = ""
+    bootloader: Bootloader | None = None
+    kernelBoot: KernelBoot | None = None
+    acpi: FirmwareACPI | None = None
+
+
+class FeatureState(_Model):
+    enabled: bool | None = None  # nil means enabled when the block is present
+
+
+class FeatureAPIC(FeatureState):
+    endOfInterrupt: bool = False
+
+
+class FeatureKVM(_Model):
+    hidden: bool = False
+
+
+class Features(_Model):
+    acpi: FeatureState | None = None
+    apic: FeatureAPIC | None = None
+    hyperv: dict[str, Any] | None = None
+    hypervPassthrough: FeatureState | None = None
+    smm: FeatureState | None = None
+    kvm: FeatureKVM | None = None
+    pvspinlock: FeatureState | None = None
+
+
+class Clock(_Model):
+    utc: dict[str, Any] | None = None
+    timezone: str | None = None
+    timer: dict[str, Any] | None = None
+
+
+class LaunchSecurity(_Model):
+    sev: dict[str, Any] | None = None
+    snp: dict[str, Any] | None = None
+    tdx: dict[str, Any] | None = None
+
+
+# --- spec.domain.devices ---------------------------------------------------------------------
+
+
+class DiskTarget(_Model):
+    bus: str = ""
+    readonly: bool = False
+    pciAddress: str = ""
+
+
+class LunTarget(_Model):
+    bus: str = ""
+    readonly: bool = False
+    reservation: bool = False
+
+
+class CDRomTarget(_Model):
+    bus: str = ""
+    readonly: bool | None = None
+    tray: str = ""
+
+
+class Disk(_Model):
+    name: str
+    disk: DiskTarget | None = None
+    lun: LunTarget | None = None
+    cdrom: CDRomTarget | None = None
+    floppy: dict[str, Any] | None = None
+    bootOrder: int | None = None
+    serial: str = ""
+    dedicatedIOThread: bool | None = None
+    cache: str = ""
+    io: str = ""
+    tag: str = ""
+    blockSize: dict[str, Any] | None = None
+    shareable: bool | None = None
+    errorPolicy: str = ""
+
+
+class Port(_Model):
+    name: str = ""
+    protocol: str = "TCP"
+    port: int
+
+
+class PluginBinding(_Model):
+    name: str
+
+
+class Interface(_Model):
+    name: str
+    model: str = ""
+    binding: PluginBinding | None = None
+    bridge: Empty | None = None
+    masquerade: Empty | None = None
+    slirp: Empty | None = None
+    sriov: Empty | None = None
+    macvtap: Empty | None = None
+    passt: Empty | None = None
+    macAddress: str = ""
+    bootOrder: int | None = None
+    ports: list[Port] = Field(default_factory=list)
+    pciAddress: str = ""
+    dhcpOptions: dict[str, Any] | None = None
+    tag: str = ""
+    acpiIndex: int | None = None
+    state: str = ""
+
+    @property
+    def binding_method(self) -> str:
+        """`bridge`, `masquerade`, `sriov`, ... or `plugin:<name>`; `""` when none is set."""
+        for method in ("bridge", "masquerade", "slirp", "sriov", "macvtap", "passt"):
+            if getattr(self, method) is not None:
+                return method
+        if self.binding is not None:
+            return f"plugin:{self.binding.name}"
+        return ""
+
+
+class Input(_Model):
+    name: str = ""
+    bus: str = ""
+    type: str = ""
+
+
+class Watchdog(_Model):
+    name: str = ""
+    i6300esb: dict[str, Any] | None = None
+    diag288: dict[str, Any] | None = None
+
+
+class GPU(_Model):
+    name: str
+    deviceName: str = ""
+    virtualGPUOptions: dict[str, Any] | None = None
+    tag: str = ""
+    claimName: str | None = None
+    requestName: str | None = None
+
+
+class HostDevice(_Model):
+    name: str
+    deviceName: str = ""
+    tag: str = ""
+    claimName: str | None = None
+    requestName: str | None = None
+
+
+class Filesystem(_Model):
+    name: str
+    virtiofs: Empty | None = None
+
+
+class SoundDevice(_Model):
+    name: str = ""
+    model: str = ""
+
+
+class TPMDevice(_Model):
+    enabled: bool | None = None
+    persistent: bool | None = None
+
+
+class PanicDevice(_Model):
+    model: str = ""
+
+
+class Devices(_Model):
+    useVirtioTransitional: bool | None = None
+    disableHotplug: bool = False
+    disks: list[Disk] = Field(default_factory=list)
+    watchdog: Watchdog | None = None
+    interfaces: list[Interface] = Field(default_factory=list)
+    inputs: list[Input] = Field(default_factory=list)
+    autoattachPodInterface: bool | None = None
+    autoattachGraphicsDevice: bool | None = None
+    autoattachSerialConsole: bool | None = None
+    logSerialConsole: bool | None = None
+    autoattachMemBalloon: bool | None = None
+    autoattachInputDevice: bool | None = None
+    autoattachVSOCK: bool | None = None
+    rng: Empty | None = None
+    blockMultiQueue: bool | None = None
+    networkInterfaceMultiqueue: bool | None = None
+    gpus: list[GPU] = Field(default_factory=list)
+    downwardMetrics: Empty | None = None
+    panicDevices: list[PanicDevice] = Field(default_factory=list)
+    filesystems: list[Filesystem] = Field(default_factory=list)
+    hostDevices: list[HostDevice] = Field(default_factory=list)
+    clientPassthrough: Empty | None = None
+    sound: SoundDevice | None = None
+    tpm: TPMDevice | None = None
+    video: dict[str, Any] | None = None
+
+
+class DomainSpec(_Model):
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    cpu: CPU | None = None
+    memory: Memory | None = None
+    machine: Machine | None = None
+    firmware: Firmware | None = None
+    clock: Clock | None = None
+    features: Features | None = None
+    devices: Devices = Field(default_factory=Devices)
+    ioThreadsPolicy: str = ""
+    ioThreads: dict[str, Any] | None = None
+    chassis: dict[str, Any] | None = None
+    launchSecurity: LaunchSecurity | None = None
+
+
+# --- spec.volumes and spec.networks ----------------------------------------------------------
+
+
+class ContainerDiskSource(_Model):
+    image: str = ""
+    path: str = ""
+    imagePullPolicy: str = ""
+    imagePullSecret: str = ""
+
+
+class PVCSource(_Model):
+    claimName: str
+    readOnly: bool = False
+    hotpluggable: bool = False
+
+
+class DataVolumeSource(_Model):
+    name: str
+    hotpluggable: bool = False
+
+
+class EphemeralSource(_Model):
+    persistentVolumeClaim: PVCSource
+
+
+class LocalObjectReference(_Model):
+    name: str = ""
+
+
+class CloudInitSource(_Model):
+    """Shared shape of `cloudInitNoCloud` and `cloudInitConfigDrive`."""
+
+    userData: str | None = None
+    userDataBase64: str | None = None
+    secretRef: LocalObjectReference | None = None
+    networkData: str | None = None
+    networkDataBase64: str | None = None
+    networkDataSecretRef: LocalObjectReference | None = None
+
+
+class EmptyDiskSource(_Model):
+    capacity: Quantity
+
+
+class HostDiskSource(_Model):
+    path: str
+    type: str  # "Disk" | "DiskOrCreate"
+    capacity: Quantity | None = None
+    shared: bool | None = None
+
+
+class ConfigMapSource(_Model):
+    name: str = ""
+    optional: bool | None = None
+    volumeLabel: str = ""
+
+
+class SecretSource(_Model):
+    secretName: str = ""
+    optional: bool | None = None
+    volumeLabel: str = ""
+
+
+class ServiceAccountSource(_Model):
+    serviceAccountName: str = ""
+
+
+class DownwardAPISource(_Model):
+    fields: list[dict[str, Any]] = Field(default_factory=list)
+    volumeLabel: str = ""
+
+
+class Volume(_Model):
+    name: str
+    containerDisk: ContainerDiskSource | None = None
+    ephemeral: EphemeralSource | None = None
+    cloudInitNoCloud: CloudInitSource | None = None
+    cloudInitConfigDrive: CloudInitSource | None = None
+    persistentVolumeClaim: PVCSource | None = None
+    dataVolume: DataVolumeSource | None = None
+    emptyDisk: EmptyDiskSource | None = None
+    hostDisk: HostDiskSource | None = None
+    configMap: ConfigMapSource | None = None
+    secret: SecretSource | None = None
+    serviceAccount: ServiceAccountSource | None = None
+    downwardAPI: DownwardAPISource | None = None
+    downwardMetrics: Empty | None = None
+    memoryDump: dict[str, Any] | None = None
+    sysprep: dict[str, Any] | None = None
+
+    SOURCES: ClassVar[tuple[str, ...]] = (
+        "containerDisk", "ephemeral", "cloudInitNoCloud", "cloudInitConfigDrive",
+        "persistentVolumeClaim", "dataVolume", "emptyDisk", "hostDisk", "configMap", "secret",
+        "serviceAccount", "downwardAPI", "downwardMetrics", "memoryDump", "sysprep",
+    )
+
+    @property
+    def source_kind(self) -> str:
+        """The JSON name of the one volume source that is set, or `""` when none is."""
+        for kind in self.SOURCES:
+            if getattr(self, kind) is not None:
+                return kind
+        return ""
+
+
+class PodNetwork(_Model):
+    vmNetworkCIDR: str = ""
+    vmIPv6NetworkCIDR: str = ""
+
+
+class MultusNetwork(_Model):
+    networkName: str
+    default: bool = False
+
+
+class Network(_Model):
+    name: str
+    pod: PodNetwork | None = None
+    multus: MultusNetwork | None = None
+
+
+class Probe(_Model):
+    initialDelaySeconds: int = 0
+    timeoutSeconds: int = 0
+    periodSeconds: int = 0
+    successThreshold: int = 0
+    failureThreshold: int = 0
+    exec: dict[str, Any] | None = None
+    httpGet: dict[str, Any] | None = None
+    tcpSocket: dict[str, Any] | None = None
+    guestAgentPing: Empty | None = None
+
+
+class VMISpec(_Model):
+    domain: DomainSpec = Field(default_factory=DomainSpec)
+    volumes: list[Volume] = Field(default_factory=list)
+    networks: list[Network] = Field(default_factory=list)
+    terminationGracePeriodSeconds: int | None = None
+    evictionStrategy: str | None = None
+    startStrategy: str | None = None
+    livenessProbe: Probe | None = None
+    readinessProbe: Probe | None = None
+    hostname: str = ""
+    subdomain: str = ""
+    accessCredentials: list[dict[str, Any]] = Field(default_factory=list)
+    architecture: str = ""
+    nodeSelector: dict[str, str] = Field(default_factory=dict)
+    priorityClassName: str = ""
+
+
+# --- status ----------------------------------------------------------------------------------
+
+
+class PVCInfo(_Model):
+    volumeMode: str = ""  # "Filesystem" | "Block"
+    capacity: dict[str, Quantity] = Field(default_factory=dict)
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    filesystemOverhead: str | float | None = None
+    preallocated: bool = False
+
+
+class VolumeStatus(_Model):
+    name: str
+    target: str = ""
+    persistentVolumeClaimInfo: PVCInfo | None = None
+
+
+class InterfaceStatus(_Model):
+    name: str = ""
+    mac: str = ""
+    ipAddress: str = ""
+    interfaceName: str = ""
+
+
+class MigrationState(_Model):
+    targetPod: str = ""
+    sourcePod: str = ""
+
+
+class VMIStatus(_Model):
+    phase: str = ""
+    VSOCKCID: int | None = None
+    volumeStatus: list[VolumeStatus] = Field(default_factory=list)
+    interfaces: list[InterfaceStatus] = Field(default_factory=list)
+    migrationState: MigrationState | None = None
+    launcherContainerImageVersion: str = ""
+
+
+class VirtualMachineInstance(_Model):
+    apiVersion: str = "kubevirt.io/v1"
+    kind: str = "VirtualMachineInstance"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: VMISpec = Field(default_factory=VMISpec)
+    status: VMIStatus = Field(default_factory=VMIStatus)
+
+    @property
+    def grace_period_seconds(self) -> int:
+        """`spec.terminationGracePeriodSeconds`, else KubeVirt's default of 30 s."""
+        g = self.spec.terminationGracePeriodSeconds
+        return 30 if g is None else g
+
+    @property
+    def domain_name(self) -> str:
+        """libvirt-style name `<namespace>_<name>` (KubeVirt's VMINamespaceKeyFunc)."""
+        return f"{self.metadata.namespace}_{self.metadata.name}"
+
+
+# --- decoding --------------------------------------------------------------------------------
+
+
+class InvalidVMI(ValueError):
+    """A payload that is not a VMI. `causes` holds `(field_path, message)` pairs."""
+
+    def __init__(self, message: str, causes: list[tuple[str, str]] | None = None):
+        super().__init__(message)
+        self.causes = causes or []
+
+
+def field_path(loc: tuple[Any, ...]) -> str:
+    """Turn a pydantic location `('spec', 'domain', 'devices', 'disks', 1, 'name')` into
+    KubeVirt's `spec.domain.devices.disks[1].name`."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def from_validation_error(err: ValidationError, prefix: str = "") -> InvalidVMI:
+    causes = []
+    for e in err.errors(include_url=False):
+        # union members add their type name to the location; keep only real field names
+        loc = tuple(p for p in e["loc"] if isinstance(p, int) or not _is_type_tag(str(p)))
+        path = field_path(loc)
+        if prefix:
+            path = f"{prefix}.{path}" if path else prefix
+        causes.append((path, f"{path}: {e['msg']}" if path else e["msg"]))
+    return InvalidVMI(", ".join(m for _, m in causes), causes)
+
+
+def _is_type_tag(part: str) -> bool:
+    return part in {"str", "int", "float", "bool"} or part.startswith(("function-", "list[", "dict["))
+
+
+def parse_vmi(payload: bytes | str | dict[str, Any], *, prefix: str = "") -> VirtualMachineInstance:
+    """Decode a VMI from JSON bytes/text or an already decoded object.
+
+    Raises InvalidVMI (never anything else) when the payload is not JSON, not an object, or
+    does not fit the VMI's shape; its message names the field paths.
+    """
+    data: Any = payload
+    if isinstance(payload, (bytes, bytearray, str)):
+        try:
+            data = json.loads(payload)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise InvalidVMI(f"the VMI is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise InvalidVMI(f"the VMI must be a JSON object, got {type(data).__name__}")
+    try:
+        return VirtualMachineInstance.model_validate(data)
+    except ValidationError as e:
+        raise from_validation_error(e, prefix) from None
+    except (TypeError, ValueError, RecursionError) as e:  # defensive: pydantic wraps most errors
+        raise InvalidVMI(f"the VMI could not be decoded: {e}") from None
+

@@ -1,0 +1,42 @@
+import pytest
+import yaml
+
+from ch_launcher.kubevirt.vmi import InvalidVMI, parse_vmi
+from tests.conftest import KUBEVIRT_EXAMPLES, require_shared
+
+
+def test_every_kubevirt_example_vmi_decodes():
+    require_shared(KUBEVIRT_EXAMPLES)
+    seen = 0
+    for f in sorted(KUBEVIRT_EXAMPLES.glob("*.yaml")):
+        for doc in yaml.safe_load_all(f.read_text()):
+            if doc and doc.get("kind") == "VirtualMachineInstance":
+                vmi = parse_vmi(doc)
+                assert vmi.metadata.name == doc["metadata"]["name"]
+                seen += 1
+    assert seen >= 20
+
+
+def test_unknown_fields_are_ignored_and_nulls_mean_absent():
+    vmi = parse_vmi({"spec": {"futureField": 1, "domain": {"devices": {"rng": None, "disks": None}}}})
+    assert vmi.spec.domain.devices.rng is None
+    assert vmi.spec.domain.devices.disks == []
+
+
+def test_presence_blocks_are_kept():
+    vmi = parse_vmi({"spec": {"domain": {"devices": {"rng": {}, "interfaces": [{"name": "a", "masquerade": {}}]}}}})
+    assert vmi.spec.domain.devices.rng is not None
+    assert vmi.spec.domain.devices.interfaces[0].binding_method == "masquerade"
+
+
+def test_a_malformed_vmi_names_every_bad_field_path():
+    with pytest.raises(InvalidVMI) as e:
+        parse_vmi({"spec": {"domain": {"cpu": {"cores": "x"}, "devices": {"disks": [{"name": "a"}, {"disk": {}}]}}}})
+    paths = [p for p, _ in e.value.causes]
+    assert paths == ["spec.domain.cpu.cores", "spec.domain.devices.disks[1].name"]
+
+
+@pytest.mark.parametrize("payload,words", [(b"{", "not valid JSON"), (b"[1]", "JSON object"), (b"\xff", "not valid JSON")])
+def test_payloads_that_are_not_objects_are_invalid_vmi(payload, words):
+    with pytest.raises(InvalidVMI, match=words):
+        parse_vmi(payload)
