@@ -1,0 +1,359 @@
+"""Memory overhead of a VMI's launcher pod: Cloud Hypervisor's, and KubeVirt's QEMU figure beside it.
+
+The overhead is what the `compute` container needs on top of guest RAM. KubeVirt computes it
+in `GetMemoryOverhead` (`kubevirt pkg/hypervisor/kvm/hypervisorbackend.go@d923fdb815cd`) plus a
+network term (`kubevirt pkg/network/resources/memory.go@d923fdb815cd`); `contract.md` §13 lists
+every term. This module computes both formulas over the same rows (`ROWS`), so they compare
+term by term: `kubevirt_overhead()` reproduces KubeVirt's (main and v1.9.0 constants; the pod
+mutator uses it when a pod lacks the `kubevirt.io/memory-overhead-bytes` annotation) and
+`ch_overhead()` is ours. Every constant says where its value comes from; values marked
+*estimate* are reasoned, not measured, and `bench/` is where they get measured.
+
+All figures are bytes (int). Pure: no I/O; bad quantities in the VMI raise `ValueError`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from ch_launcher.kubevirt.quantity import MiB, GiB, quantity_bytes
+from ch_launcher.kubevirt.vmi import CPU, VirtualMachineInstance
+
+# --- KubeVirt's constants ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KubeVirtConstants:
+    """The fixed per-process terms of KubeVirt's KVM backend (`ps` RSS, as its comments say)."""
+
+    name: str
+    virt_launcher_monitor: int = 25 * MiB  # VirtLauncherMonitorOverhead
+    virt_launcher: int = 100 * MiB  # VirtLauncherOverhead
+    virtlogd: int = 25 * MiB  # VirtlogdOverhead
+    virtqemud: int = 40 * MiB  # VirtqemudOverhead
+    qemu: int = 50 * MiB  # QemuOverhead
+
+
+# kubevirt pkg/hypervisor/kvm/hypervisorbackend.go@d923fdb815cd: QemuOverhead = "50Mi" (raised from
+# 30Mi by commit c822873795, 2026-07-08); every other constant is unchanged since v1.9.0.
+KUBEVIRT_MAIN = KubeVirtConstants("main")
+KUBEVIRT_V1_9_0 = KubeVirtConstants("v1.9.0", qemu=30 * MiB)
+KUBEVIRT_CONSTANTS = {c.name: c for c in (KUBEVIRT_MAIN, KUBEVIRT_V1_9_0)}
+
+# Terms KubeVirt adds under conditions (same file, GetMemoryOverhead and addProbeOverheads).
+KV_PER_VCPU = 8 * MiB  # "CPU table overhead (8 MiB per vCPU ...)"
+KV_IOTHREAD = 8 * MiB  # "... and 8 MiB per IO thread" (one, unconditionally)
+KV_VIDEO = 32 * MiB  # video RAM unless autoattachGraphicsDevice is false
+KV_ARM64_PFLASH = 128 * MiB  # two 64 MiB pflash devices of QEMU's virt machine with edk2
+VFIO = 1 * GiB  # VFIO locks guest RAM plus the MMIO window (1 GiB on typical x86 hosts)
+DOWNWARD_METRICS = 1 * MiB  # memory-backed emptyDir of at most 256 KiB
+PROBE_EACH = 10 * MiB  # virt-probe per exec liveness/readiness probe
+PROBE_ONCE = 100 * MiB  # once if any exec probe: exec probes spike memory (KubeVirt's comment)
+SEV = 256 * MiB  # SEV / SEV-ES / SEV-SNP (libvirt kbase launch_security_sev)
+TPM_SWTPM = 53 * MiB  # swtpm: "In `ps`, swtpm has VSZ of 53808 and RSS of 3496, so 53Mi should do"
+DEDICATED_OR_GUARANTEED = 100 * MiB  # dedicated CPUs or Guaranteed QoS (no reason given upstream)
+PASST = 250 * MiB  # kubevirt pkg/network/resources/memory.go: "passt binary overhead if all ports are forwarded"
+
+# --- Cloud Hypervisor's constants -------------------------------------------------------------
+
+# ch-launcher, the Python process that replaces virt-launcher-monitor + virt-launcher (and,
+# since it drives CH directly, virtlogd and virtqemud). PLACEHOLDER: 64 MiB until the launcher
+# benchmark's measured PSS (bench/, H2) is filled in here with its headroom stated; the lead
+# replaces this value. `overhead.launcherMiB` in the config overrides it.
+CH_LAUNCHER = 64 * MiB
+
+# The cloud-hypervisor process without guest RAM. Anchors (ecosystem.md §8.2): CH's CI fails
+# above 10 MiB RSS for a 512 MiB / 1 vCPU guest with its test devices (MAXIMUM_VMM_OVERHEAD_KB,
+# cloud-hypervisor tests/common/utils.rs@v53.0); measured 5.9 MiB for a 4 GiB guest (CH issue
+# #1729). 16 MiB = the CI budget + 60 % headroom for the API and event-monitor threads, seccomp
+# filters and the binary's page cache charged to the pod. `overhead.vmmMiB` overrides it.
+CH_VMM = 16 * MiB
+
+# Per vCPU, *estimate*: the kernel's KVM state per vCPU (struct kvm_vcpu, VMCS/VMCB, MMU page
+# caches; memcg-accounted, so charged to the pod) is the same as under QEMU, but a CH vCPU
+# thread is a Rust thread with a few resident stack pages and the kvm_run mapping, where QEMU's
+# threads also carry glibc malloc arenas. Half of KubeVirt's 8 MiB.
+CH_PER_VCPU = 4 * MiB
+
+# Per virtio device with its own thread in CH (each disk, interface and virtio-fs device runs an
+# epoll thread over its queues; vhost-user ones a frontend), *estimate*: resident stack, queue
+# bookkeeping and, for disks, io_uring rings and the qcow2 L2/refcount caches. Replaces
+# KubeVirt's single 8 MiB IOThread term; CH's CI budget above already includes a first disk and NIC.
+CH_PER_DEVICE = 1 * MiB
+
+# arm64: CH loads CLOUDHV_EFI.fd into a 4 MiB UEFI region at guest address 0
+# (UEFI_SIZE = 0x40_0000, cloud-hypervisor arch/src/aarch64/layout.rs@v53.0), instead of QEMU's
+# two 64 MiB pflash devices.
+CH_ARM64_UEFI = 4 * MiB
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the comparison, in KubeVirt's code order."""
+
+    key: str
+    label: str
+
+
+ROWS: tuple[Row, ...] = (
+    Row("page_tables", "page tables (memory / 512)"),
+    Row("virt_launcher_monitor", "virt-launcher-monitor"),
+    Row("launcher", "launcher process (virt-launcher | ch-launcher)"),
+    Row("virtlogd", "virtlogd"),
+    Row("virtqemud", "virtqemud"),
+    Row("vmm", "VMM process (qemu | cloud-hypervisor)"),
+    Row("vcpus", "per vCPU"),
+    Row("io", "I/O threads (IOThread | per virtio device)"),
+    Row("video", "video RAM"),
+    Row("arm64_firmware", "arm64 firmware (pflash | UEFI region)"),
+    Row("vfio", "VFIO (locked memory)"),
+    Row("downward_metrics", "downward metrics disk"),
+    Row("probes", "exec probes (virt-probe)"),
+    Row("sev", "SEV / SEV-ES / SEV-SNP"),
+    Row("tpm", "TPM (swtpm)"),
+    Row("dedicated_or_guaranteed", "dedicated CPUs or Guaranteed QoS"),
+    Row("reserved", "spec.domain.memory.reservedOverhead.addedOverhead"),
+    Row("ratio", "additionalGuestMemoryOverheadRatio"),
+    Row("passt", "network: passt"),
+    Row("binding_plugins", "network: binding plugins"),
+)
+ROW_KEYS = tuple(r.key for r in ROWS)
+
+
+@dataclass
+class Breakdown:
+    """One formula's terms (bytes, keyed by `ROWS`) and their sum."""
+
+    formula: str
+    terms: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.terms.values())
+
+    def __getitem__(self, key: str) -> int:
+        return self.terms.get(key, 0)
+
+
+@dataclass(frozen=True)
+class CHSettings:
+    """The overridable CH constants (config `overhead.*`)."""
+
+    launcher: int = CH_LAUNCHER
+    vmm: int = CH_VMM
+
+    @classmethod
+    def from_mib(cls, launcher_mib: float | None, vmm_mib: float | None) -> CHSettings:
+        return cls(launcher=CH_LAUNCHER if launcher_mib is None else math.ceil(launcher_mib * MiB),
+                   vmm=CH_VMM if vmm_mib is None else math.ceil(vmm_mib * MiB))
+
+
+# --- inputs shared by both formulas ---------------------------------------------------------------
+
+
+def memory_request(vmi: VirtualMachineInstance) -> int:
+    """`spec.domain.resources.requests.memory`, as KubeVirt's formula reads it.
+
+    A VMI read from the API server has been defaulted by virt-api, which fills the request from
+    `memory.guest`; for a VMI from a file (offline) we do the same so page tables are not zero.
+    """
+    requests = vmi.spec.domain.resources.requests
+    if "memory" in requests:
+        return quantity_bytes(requests["memory"])
+    memory = vmi.spec.domain.memory
+    if memory is not None and memory.guest is not None:
+        return quantity_bytes(memory.guest)
+    return 0
+
+
+def page_tables(mem_request: int) -> int:
+    """KubeVirt: `ScaledValue(Kilo)` rounds up to kB, then one byte per 512 bytes, rounded down."""
+    return math.ceil(mem_request / 1000) * 1000 // 512
+
+
+def vcpu_count(cpu: CPU | None, requests: Mapping[str, object], limits: Mapping[str, object]) -> int:
+    """KubeVirt's vCPU count: the topology when `spec.domain.cpu` is set (hardware.GetNumberOfVCPUs),
+    else the CPU limit, else the CPU request (rounded up, as Quantity.Value() does); at least 1."""
+    if cpu is not None:
+        n = 0
+        for part in (cpu.cores, cpu.sockets, cpu.threads):
+            if part:
+                n = part if n == 0 else n * part
+    elif "cpu" in limits:
+        n = quantity_bytes(limits["cpu"])  # type: ignore[arg-type]
+    elif "cpu" in requests:
+        n = quantity_bytes(requests["cpu"])  # type: ignore[arg-type]
+    else:
+        n = 0
+    return max(n, 1)
+
+
+def _has_vfio(vmi: VirtualMachineInstance) -> bool:
+    # kubevirt pkg/vmitrait: host devices, GPUs or an SR-IOV interface
+    d = vmi.spec.domain.devices
+    return bool(d.hostDevices or d.gpus or any(i.sriov is not None for i in d.interfaces))
+
+
+def _probes(vmi: VirtualMachineInstance) -> int:
+    live = vmi.spec.livenessProbe is not None and vmi.spec.livenessProbe.exec is not None
+    ready = vmi.spec.readinessProbe is not None and vmi.spec.readinessProbe.exec is not None
+    return PROBE_EACH * (live + ready) + (PROBE_ONCE if live or ready else 0)
+
+
+def _has_sev(vmi: VirtualMachineInstance) -> bool:
+    ls = vmi.spec.domain.launchSecurity
+    return ls is not None and (ls.sev is not None or ls.snp is not None)
+
+
+def _has_tpm(vmi: VirtualMachineInstance) -> bool:
+    tpm = vmi.spec.domain.devices.tpm
+    return tpm is not None and tpm.enabled is not False
+
+
+def _dedicated_or_guaranteed(vmi: VirtualMachineInstance) -> bool:
+    cpu = vmi.spec.domain.cpu
+    if cpu is not None and cpu.dedicatedCpuPlacement:
+        return True
+    # WantsToHaveQOSGuaranteed: memory and CPU requests set, non-zero, and equal to their limits
+    res = vmi.spec.domain.resources
+    for name in ("memory", "cpu"):
+        req, lim = res.requests.get(name), res.limits.get(name)
+        if req is None or lim is None:
+            return False
+        if quantity_bytes(req) == 0 or quantity_bytes(req) != quantity_bytes(lim):
+            return False
+    return True
+
+
+def _reserved(vmi: VirtualMachineInstance) -> int:
+    memory = vmi.spec.domain.memory
+    if memory is None or memory.reservedOverhead is None or memory.reservedOverhead.addedOverhead is None:
+        return 0
+    return quantity_bytes(memory.reservedOverhead.addedOverhead)
+
+
+def _has_downward_metrics(vmi: VirtualMachineInstance) -> bool:
+    return any(v.downwardMetrics is not None for v in vmi.spec.volumes)
+
+
+def _ratio_term(subtotal: int, ratio: Decimal) -> int:
+    """KubeVirt's MultiplyMemory: `int64(float64(ScaledValue(Kilo)) * (ratio - 1))` kB."""
+    if ratio == 1:
+        return 0
+    return int(float(math.ceil(subtotal / 1000)) * float(ratio - 1)) * 1000
+
+
+def _network(vmi: VirtualMachineInstance, bindings: Mapping[str, int]) -> tuple[int, int]:
+    """(passt, binding plugins): passt once if any interface uses it; each distinct registered
+    plugin's `computeResourceOverhead.requests.memory` once (unregistered plugins add nothing)."""
+    interfaces = vmi.spec.domain.devices.interfaces
+    passt = PASST if any(i.passt is not None for i in interfaces) else 0
+    seen: set[str] = set()
+    plugins = 0
+    for i in interfaces:
+        if i.binding is not None and i.binding.name not in seen and i.binding.name in bindings:
+            seen.add(i.binding.name)
+            plugins += bindings[i.binding.name]
+    return passt, plugins
+
+
+# --- the two formulas ---------------------------------------------------------------------------
+
+
+def kubevirt_overhead(vmi: VirtualMachineInstance, *, constants: KubeVirtConstants = KUBEVIRT_MAIN,
+                      arch: str = "amd64", ratio: Decimal = Decimal(1),
+                      bindings: Mapping[str, int] | None = None) -> Breakdown:
+    """KubeVirt's `CalculateMemoryOverhead` for the KVM backend: what virt-controller adds for QEMU."""
+    d = vmi.spec.domain
+    res = d.resources
+    b = Breakdown(f"KubeVirt {constants.name} (QEMU)")
+    t = b.terms
+    t["page_tables"] = page_tables(memory_request(vmi))
+    t["virt_launcher_monitor"] = constants.virt_launcher_monitor
+    t["launcher"] = constants.virt_launcher
+    t["virtlogd"] = constants.virtlogd
+    t["virtqemud"] = constants.virtqemud
+    t["vmm"] = constants.qemu
+    t["vcpus"] = KV_PER_VCPU * vcpu_count(d.cpu, res.requests, res.limits)
+    t["io"] = KV_IOTHREAD
+    t["video"] = KV_VIDEO if d.devices.autoattachGraphicsDevice is not False else 0
+    t["arm64_firmware"] = KV_ARM64_PFLASH if arch == "arm64" else 0
+    t["vfio"] = VFIO if _has_vfio(vmi) else 0
+    t["downward_metrics"] = DOWNWARD_METRICS if _has_downward_metrics(vmi) else 0
+    t["probes"] = _probes(vmi)
+    t["sev"] = SEV if _has_sev(vmi) else 0
+    t["tpm"] = TPM_SWTPM if _has_tpm(vmi) else 0
+    t["dedicated_or_guaranteed"] = DEDICATED_OR_GUARANTEED if _dedicated_or_guaranteed(vmi) else 0
+    t["reserved"] = _reserved(vmi)
+    t["ratio"] = _ratio_term(sum(t.values()), ratio)  # last in the backend, before the network
+    t["passt"], t["binding_plugins"] = _network(vmi, bindings or {})
+    return b
+
+
+def ch_overhead(vmi: VirtualMachineInstance, *, settings: CHSettings = CHSettings(), arch: str = "amd64",
+                ratio: Decimal = Decimal(1), bindings: Mapping[str, int] | None = None) -> Breakdown:
+    """The Cloud Hypervisor pod's overhead, row by row against `kubevirt_overhead()`.
+
+    Kept from KubeVirt because they do not depend on the VMM: page tables (KVM's EPT/shadow
+    pages, kernel memory charged to the pod), VFIO locking (same vfio_iommu_type1 pinning),
+    the downward-metrics emptyDir, exec probes (virt-probe runs in `compute` either way), SEV,
+    swtpm (CH talks to the same swtpm over its socket), the dedicated-CPU/Guaranteed margin (a
+    pod whose limit equals its request has no slack under any VMM; kept until measured), the
+    user's reservedOverhead, the ratio (applied at the same point) and the network terms
+    (passt and binding plugins run beside the VMM, whichever it is).
+
+    Dropped: virt-launcher-monitor, virtlogd and virtqemud do not run (ch-launcher is the
+    container's command and drives CH over its REST API); video RAM (CH has no display device).
+
+    Replaced: virt-launcher by ch-launcher, QEMU by cloud-hypervisor, 8 MiB per vCPU by
+    CH_PER_VCPU, the IOThread by CH_PER_DEVICE per disk, interface and filesystem, and QEMU's
+    arm64 pflash by CH's UEFI region.
+
+    Hugepages: guest RAM then comes from the hugepages resource, not from memory; the terms are
+    the same (page tables included: KVM may split huge pages under dirty logging) and the pod
+    mutator applies them as KubeVirt does (memory request = overhead + request - guest).
+    """
+    d = vmi.spec.domain
+    res = d.resources
+    devices = len(d.devices.disks) + len(d.devices.interfaces) + len(d.devices.filesystems)
+    b = Breakdown("Cloud Hypervisor")
+    t = b.terms
+    t["page_tables"] = page_tables(memory_request(vmi))
+    t["virt_launcher_monitor"] = 0
+    t["launcher"] = settings.launcher
+    t["virtlogd"] = 0
+    t["virtqemud"] = 0
+    t["vmm"] = settings.vmm
+    t["vcpus"] = CH_PER_VCPU * vcpu_count(d.cpu, res.requests, res.limits)
+    t["io"] = CH_PER_DEVICE * devices
+    t["video"] = 0
+    t["arm64_firmware"] = CH_ARM64_UEFI if arch == "arm64" else 0
+    t["vfio"] = VFIO if _has_vfio(vmi) else 0
+    t["downward_metrics"] = DOWNWARD_METRICS if _has_downward_metrics(vmi) else 0
+    t["probes"] = _probes(vmi)
+    t["sev"] = SEV if _has_sev(vmi) else 0
+    t["tpm"] = TPM_SWTPM if _has_tpm(vmi) else 0
+    t["dedicated_or_guaranteed"] = DEDICATED_OR_GUARANTEED if _dedicated_or_guaranteed(vmi) else 0
+    t["reserved"] = _reserved(vmi)
+    t["ratio"] = _ratio_term(sum(t.values()), ratio)
+    t["passt"], t["binding_plugins"] = _network(vmi, bindings or {})
+    return b
+
+
+def kubevirt_constants_for(version: str | None) -> KubeVirtConstants:
+    """The constants to assume for a cluster version when the pod does not say what KubeVirt added.
+
+    Only v1.10+ is known to carry main's larger QEMU term; for anything older, unknown or a
+    development build of main (`v1.9.0-...` describes as 1.9), assume v1.9.0's smaller figure:
+    subtracting too little leaves the pod slightly large, subtracting too much would starve it.
+    """
+    from admission.versions import parse_version
+    try:
+        if version and parse_version(version) >= (1, 10, 0):
+            return KUBEVIRT_MAIN
+    except ValueError:
+        pass
+    return KUBEVIRT_V1_9_0

@@ -1,0 +1,123 @@
+"""The overhead calculator: KubeVirt's own figures reproduced, and ours row by row beside them."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+import yaml
+
+from admission.overhead import (
+    CH_LAUNCHER, KUBEVIRT_MAIN, KUBEVIRT_V1_9_0, ROW_KEYS, CHSettings, ch_overhead,
+    kubevirt_constants_for, kubevirt_overhead, page_tables, vcpu_count,
+)
+from ch_launcher.kubevirt.quantity import GiB, MiB
+from ch_launcher.kubevirt.vmi import CPU, parse_vmi
+from tests.conftest import KUBEVIRT_EXAMPLES, require_shared
+
+
+def vmi(memory: str = "1Gi", cpu: dict | None = None, **spec_extra) -> object:
+    domain = {"resources": {"requests": {"memory": memory}}, "devices": {}}
+    if cpu is not None:
+        domain["cpu"] = cpu
+    for key, value in spec_extra.pop("domain", {}).items():
+        domain[key] = value
+    return parse_vmi({"metadata": {"name": "t"}, "spec": {"domain": domain, **spec_extra}})
+
+
+@pytest.mark.parametrize(("memory", "vcpus", "expected_mib"), [
+    ("1Gi", 1, 290), ("2Gi", 1, 292), ("8Gi", 4, 328),
+])
+def test_kubevirt_main_figures_match_its_own_unit_tests(memory, vcpus, expected_mib):
+    # kubevirt pkg/hypervisor/kvm/hypervisorbackend_test.go@d923fdb815cd worked examples
+    breakdown = kubevirt_overhead(vmi(memory, {"cores": vcpus, "sockets": 1, "threads": 1}))
+    assert breakdown.total == expected_mib * MiB
+
+
+def test_kubevirt_v1_9_0_has_the_smaller_qemu_term():
+    assert kubevirt_overhead(vmi(), constants=KUBEVIRT_V1_9_0).total == 270 * MiB
+
+
+def test_page_tables_round_up_to_kilobytes_then_down_to_bytes():
+    assert page_tables(1 * GiB) == 2 * MiB
+    assert page_tables(1024 * 10**6) == 2_000_000
+    assert page_tables(0) == 0
+
+
+@pytest.mark.parametrize(("cpu", "requests", "limits", "expected"), [
+    (CPU(cores=2, sockets=3, threads=2), {}, {}, 12),
+    (CPU(sockets=4), {}, {}, 4),
+    (CPU(), {"cpu": "8"}, {}, 1),  # a topology block wins even when empty: at least 1
+    (None, {"cpu": "500m"}, {"cpu": "3"}, 3),
+    (None, {"cpu": "1500m"}, {}, 2),
+    (None, {}, {}, 1),
+])
+def test_vcpus_are_counted_as_kubevirt_counts_them(cpu, requests, limits, expected):
+    assert vcpu_count(cpu, requests, limits) == expected
+
+
+def test_conditional_terms_are_shared_where_the_vmm_does_not_matter():
+    v = vmi(domain={"devices": {"hostDevices": [{"name": "h", "deviceName": "x"}], "tpm": {}},
+                    "memory": {"reservedOverhead": {"addedOverhead": "20Mi"}}},
+            livenessProbe={"exec": {"command": ["true"]}},
+            volumes=[{"name": "m", "downwardMetrics": {}}])
+    ch, kv = ch_overhead(v), kubevirt_overhead(v)
+    for key, value in (("vfio", GiB), ("tpm", 53 * MiB), ("reserved", 20 * MiB),
+                       ("probes", 110 * MiB), ("downward_metrics", MiB)):
+        assert ch[key] == kv[key] == value, key
+
+
+def test_processes_that_do_not_run_under_cloud_hypervisor_cost_nothing():
+    ch = ch_overhead(vmi())
+    assert ch["virt_launcher_monitor"] == ch["virtlogd"] == ch["virtqemud"] == ch["video"] == 0
+    assert ch["launcher"] == CH_LAUNCHER
+
+
+def test_video_ram_is_dropped_by_kubevirt_only_when_graphics_are_off():
+    off = vmi(domain={"devices": {"autoattachGraphicsDevice": False}})
+    assert kubevirt_overhead(off)["video"] == 0
+    assert kubevirt_overhead(vmi())["video"] == 32 * MiB
+
+
+def test_the_ratio_multiplies_everything_but_the_network_in_both_formulas():
+    v = vmi(domain={"devices": {"interfaces": [{"name": "a", "binding": {"name": "slirpish"}}]}})
+    bindings = {"slirpish": 40 * MiB}
+    for formula in (kubevirt_overhead, ch_overhead):
+        plain = formula(v, bindings=bindings)
+        doubled = formula(v, ratio=Decimal("2.0"), bindings=bindings)
+        backend = plain.total - plain["binding_plugins"]
+        assert abs(doubled["ratio"] - backend) <= 1000  # KubeVirt works in whole kB
+        assert doubled["binding_plugins"] == 40 * MiB
+
+
+def test_each_binding_plugin_counts_once_and_unregistered_ones_not_at_all():
+    v = vmi(domain={"devices": {"interfaces": [
+        {"name": "a", "binding": {"name": "p"}}, {"name": "b", "binding": {"name": "p"}},
+        {"name": "c", "binding": {"name": "unknown"}}, {"name": "d", "passt": {}}]}})
+    kv = kubevirt_overhead(v, bindings={"p": 7 * MiB})
+    assert kv["binding_plugins"] == 7 * MiB
+    assert kv["passt"] == 250 * MiB
+
+
+def test_config_overrides_replace_the_launcher_and_vmm_terms():
+    ch = ch_overhead(vmi(), settings=CHSettings.from_mib(40, 12.5))
+    assert ch["launcher"] == 40 * MiB
+    assert ch["vmm"] == int(12.5 * MiB)
+
+
+def test_both_formulas_fill_every_row():
+    assert set(ch_overhead(vmi()).terms) == set(ROW_KEYS) == set(kubevirt_overhead(vmi()).terms)
+
+
+def test_vmi_fedora_needs_at_most_a_third_of_kubevirts_qemu_overhead():
+    doc = yaml.safe_load(require_shared(KUBEVIRT_EXAMPLES / "vmi-fedora.yaml").read_text())
+    fedora = parse_vmi(doc)
+    assert ch_overhead(fedora).total * 3 <= kubevirt_overhead(fedora).total
+
+
+@pytest.mark.parametrize(("version", "expected"), [
+    ("v1.10.1", KUBEVIRT_MAIN), ("v1.9.0", KUBEVIRT_V1_9_0), ("v1.9.0-beta.0-1264-gd923fdb815cd", KUBEVIRT_V1_9_0),
+    (None, KUBEVIRT_V1_9_0), ("garbage", KUBEVIRT_V1_9_0),
+])
+def test_unknown_versions_assume_the_smaller_kubevirt_figure(version, expected):
+    assert kubevirt_constants_for(version) is expected
