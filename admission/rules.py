@@ -1,0 +1,148 @@
+"""The validating webhook (`/validate`), as a pure function of the request.
+
+For VirtualMachineInstance, VirtualMachine, VirtualMachineInstanceReplicaSet and
+VirtualMachinePool objects selected for Cloud Hypervisor (`selection.py`), ask the translator
+(`ch_launcher.convert.check`: the same code the launcher runs, so the two cannot disagree) and
+answer in KubeVirt's format (`review.py`): every problem a 422 cause with its field path (owners'
+paths prefixed, e.g. `spec.template.spec.domain.devices.disks[1].cdrom`), degradations as
+warnings. Unselected objects are allowed untouched.
+
+UPDATE (`ecosystem.md` §3.2): a VMI's selection cannot be added, removed or changed (the backend
+of an existing VMI is fixed); otherwise the feature check runs only when the VMI's spec (owners:
+the template, or their selection) changed, so KubeVirt's own label, annotation and finalizer
+updates are never refused; objects being deleted are always allowed. DELETE and CONNECT are
+allowed. `dryRun` needs nothing special: the webhook has no side effects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from admission.cluster import KubeVirtStatus, version_problem
+from admission.config import Config
+from admission.review import AdmissionRequest, Cause, allow, deny, deny_invalid
+from admission.selection import (
+    ANNOTATION, ANNOTATION_FIELD, VALUE, Target, get, hypervisor, prefix_field, prefix_paths, target,
+)
+from ch_launcher.convert import check
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The AdmissionReview to send and a one-word verdict for metrics and logs:
+    `ignored` (not ours), `allowed`, `warned` (allowed with warnings), `denied`, `invalid`."""
+
+    review: dict[str, Any]
+    verdict: str
+
+
+def wants_kubevirt_status(request: AdmissionRequest) -> bool:
+    """Whether `validate()` will consult the version gate (CREATE of a selected object), so the
+    server fetches the cluster's KubeVirt status only then."""
+    if request.operation != "CREATE":
+        return False
+    t = target(_kind(request), request.object)
+    return t is not None and t.selected
+
+
+def validate(request: AdmissionRequest, config: Config, kubevirt: KubeVirtStatus | None = None) -> Outcome:
+    """Decide one `/validate` request. Never raises for any request content."""
+    uid = request.uid
+    kind = _kind(request)
+    if request.operation not in ("CREATE", "UPDATE"):
+        return Outcome(allow(uid), "ignored")
+    if kind not in ("VirtualMachineInstance", "VirtualMachine", "VirtualMachineInstanceReplicaSet",
+                    "VirtualMachinePool"):
+        return Outcome(allow(uid), "ignored")
+    if not isinstance(request.object, dict):
+        return Outcome(deny(uid, f"request.object must be a {kind} object"), "invalid")
+    new = target(kind, request.object)
+    assert new is not None
+
+    if request.operation == "UPDATE":
+        if get(request.object, "metadata", "deletionTimestamp"):
+            return Outcome(allow(uid), "ignored")  # never hold up a deletion
+        if not isinstance(request.old_object, dict):
+            return Outcome(deny(uid, f"request.oldObject must be a {kind} object on UPDATE"), "invalid")
+        if kind == "VirtualMachineInstance":
+            before, after = hypervisor(request.old_object), hypervisor(request.object)
+            if before != after and VALUE in (before, after):
+                return Outcome(deny_invalid(uid, [_backend_change(before, after)]), "denied")
+        old = target(kind, request.old_object)
+        assert old is not None
+        if not new.selected:
+            return Outcome(allow(uid), "ignored")
+        if old.selected and _relevant(kind, request.old_object, old) == _relevant(kind, request.object, new):
+            return Outcome(allow(uid), "ignored")  # metadata-only update: nothing for us to check
+    elif not new.selected:
+        return Outcome(allow(uid), "ignored")
+
+    return _check(uid, new, request, config, kubevirt if request.operation == "CREATE" else None)
+
+
+def _kind(request: AdmissionRequest) -> str:
+    if request.kind:
+        return request.kind
+    kind = get(request.object, "kind")
+    return kind if isinstance(kind, str) else ""
+
+
+def _relevant(kind: str, obj: dict[str, Any], t: Target) -> Any:
+    """What an UPDATE must change for the feature check to run again."""
+    if kind == "VirtualMachineInstance":
+        return obj.get("spec")
+    return t.template
+
+
+def _backend_change(before: str | None, after: str | None) -> Cause:
+    def show(v: str | None) -> str:
+        return "absent" if v is None else repr(v)
+    return Cause("FieldValueInvalid",
+                 f"{ANNOTATION_FIELD}: the hypervisor of an existing VirtualMachineInstance cannot change "
+                 f"(was {show(before)}, now {show(after)}); delete and re-create the VMI instead",
+                 ANNOTATION_FIELD)
+
+
+def vmi_from_template(t: Target, namespace: str) -> dict[str, Any] | None:
+    """The VMI an object's template would become (namespace from the request, as the API server sets it)."""
+    if t.template is None:
+        return None
+    if t.kind == "VirtualMachineInstance":
+        return t.template
+    metadata = t.template.get("metadata") if isinstance(t.template.get("metadata"), dict) else {}
+    metadata = dict(metadata)
+    if namespace and not metadata.get("namespace"):
+        metadata["namespace"] = namespace
+    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": metadata, "spec": t.template.get("spec")}
+
+
+def _warning_text(field: str, message: str) -> str:
+    """A warning must name its field (kubectl prints only the text)."""
+    return message if not field or field in message else f"{field}: {message}"
+
+
+def _check(uid: str, t: Target, request: AdmissionRequest, config: Config,
+           kubevirt: KubeVirtStatus | None) -> Outcome:
+    warnings: list[str] = []
+    causes: list[Cause] = []
+    if t.on_owner:
+        warnings.append(f"{ANNOTATION} on the {t.kind}'s own metadata does not reach its VMIs: set it in "
+                        f"{t.prefix}metadata.annotations to run them on Cloud Hypervisor")
+    vmi = vmi_from_template(t, request.namespace)
+    if vmi is None:
+        where = t.prefix.rstrip(".")
+        causes.append(Cause("FieldValueRequired", f"{where} is a required field", where))
+    else:
+        verdict = check(vmi)
+        for p in verdict.problems:
+            causes.append(Cause(p.reason, prefix_paths(p.message, t.prefix), prefix_field(p.field, t.prefix)))
+        warnings.extend(prefix_paths(_warning_text(w.field, w.message), t.prefix) for w in verdict.warnings)
+    problem = version_problem(kubevirt, config.kubevirt.version_range)
+    if problem:
+        field = (t.prefix if t.on_template else "") + ANNOTATION_FIELD
+        causes.append(Cause("FieldValueNotSupported", f"{field}: {problem}", field))
+    if causes:
+        return Outcome(deny_invalid(uid, causes, warnings), "denied")
+    return Outcome(allow(uid, warnings), "warned" if warnings else "allowed")

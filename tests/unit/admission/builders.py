@@ -1,0 +1,114 @@
+"""Builders for admission tests: VMIs, their owners, and AdmissionReview requests."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any
+
+from admission.selection import ANNOTATION, VALUE
+
+_uids = itertools.count(1)
+
+CH = {ANNOTATION: VALUE}
+
+
+def vmi(name: str = "testvmi", annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    """A minimal VMI Cloud Hypervisor runs (a containerDisk, 1 vCPU, 128Mi); `spec` keys replace its parts."""
+    body = {
+        "domain": {
+            "devices": {"disks": [{"name": "containerdisk", "disk": {"bus": "virtio"}}]},
+            "resources": {"requests": {"memory": "128Mi"}},
+        },
+        "volumes": [{"name": "containerdisk", "containerDisk": {"image": "example.org/cirros:latest"}}],
+    }
+    body.update(spec)
+    meta: dict[str, Any] = {"name": name, "namespace": "default"}
+    if annotations is not None:
+        meta["annotations"] = dict(annotations)
+    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": meta, "spec": body}
+
+
+def with_domain(obj: dict[str, Any], **domain: Any) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["spec"]["domain"].update(domain)
+    return out
+
+
+def undecodable_disks(vmi_obj: dict[str, Any], n: int) -> dict[str, Any]:
+    """`n` disks whose name is a number: n certain problems, one per disk, whatever the translator covers."""
+    out = copy.deepcopy(vmi_obj)
+    out["spec"]["domain"]["devices"]["disks"] = [{"name": i, "disk": {}} for i in range(n)]
+    return out
+
+
+def cpu_features(vmi_obj: dict[str, Any], n: int) -> dict[str, Any]:
+    """`n` explicit CPU features: Cloud Hypervisor offers the host CPU only, so each is a problem."""
+    return with_domain(vmi_obj, cpu={"features": [{"name": f"feature{i}", "policy": "require"} for i in range(n)]})
+
+
+def cdrom(vmi_obj: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(vmi_obj)
+    out["spec"]["domain"]["devices"]["disks"].append({"name": "cd", "cdrom": {"bus": "sata"}})
+    out["spec"]["volumes"].append({"name": "cd", "containerDisk": {"image": "example.org/iso:latest"}})
+    return out
+
+
+def template_of(vmi_obj: dict[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in vmi_obj["metadata"].items() if k not in ("name", "namespace")}
+    return {"metadata": meta, "spec": copy.deepcopy(vmi_obj["spec"])}
+
+
+def vm(vmi_obj: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "testvm", "namespace": "default"}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": meta,
+            "spec": {"runStrategy": "Always", "template": template_of(vmi_obj)}}
+
+
+def replicaset(vmi_obj: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceReplicaSet",
+            "metadata": {"name": "testrs", "namespace": "default"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"a": "b"}}, "template": template_of(vmi_obj)}}
+
+
+def pool(vmi_obj: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "pool.kubevirt.io/v1beta1", "kind": "VirtualMachinePool",
+            "metadata": {"name": "testpool", "namespace": "default"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"a": "b"}},
+                     "virtualMachineTemplate": {"metadata": {}, "spec": {"template": template_of(vmi_obj)}}}}
+
+
+_RESOURCES = {
+    "VirtualMachineInstance": ("kubevirt.io", "v1", "virtualmachineinstances"),
+    "VirtualMachine": ("kubevirt.io", "v1", "virtualmachines"),
+    "VirtualMachineInstanceReplicaSet": ("kubevirt.io", "v1", "virtualmachineinstancereplicasets"),
+    "VirtualMachinePool": ("pool.kubevirt.io", "v1beta1", "virtualmachinepools"),
+    "Pod": ("", "v1", "pods"),
+}
+
+
+def review(obj: Any, operation: str = "CREATE", old: Any = None, kind: str | None = None,
+           namespace: str = "default", dry_run: bool = False, name: str | None = None) -> dict[str, Any]:
+    """An AdmissionReview v1 request as the API server sends it."""
+    kind = kind or (obj.get("kind") if isinstance(obj, dict) else None) or "VirtualMachineInstance"
+    group, version, resource = _RESOURCES.get(kind, ("example.org", "v1", kind.lower() + "s"))
+    if name is None:
+        name = obj.get("metadata", {}).get("name", "") if isinstance(obj, dict) else ""
+    request: dict[str, Any] = {
+        "uid": f"uid-{next(_uids)}",
+        "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": resource},
+        "requestKind": {"group": group, "version": version, "kind": kind},
+        "requestResource": {"group": group, "version": version, "resource": resource},
+        "name": name,
+        "namespace": namespace,
+        "operation": operation,
+        "userInfo": {"username": "system:serviceaccount:kubevirt:kubevirt-controller", "groups": []},
+        "object": obj,
+        "oldObject": old,
+        "dryRun": dry_run,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": f"{operation.title()}Options"},
+    }
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}

@@ -1,0 +1,207 @@
+"""The validating webhook's decisions, as a pure function of the AdmissionReview."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from admission.cluster import KubeVirtStatus
+from admission.config import load_config
+from admission.review import parse_review
+from admission.rules import validate, wants_kubevirt_status
+from admission.selection import ANNOTATION
+from tests.unit.admission import builders as b
+from tests.unit.admission.builders import CH
+
+CONFIG = load_config()
+
+
+def decide(body, kubevirt=None):
+    outcome = validate(parse_review(body), CONFIG, kubevirt)
+    return outcome.review["response"], outcome.verdict
+
+
+def causes(response):
+    return response["status"]["details"]["causes"]
+
+
+def test_an_annotated_vmi_cloud_hypervisor_runs_is_allowed():
+    response, verdict = decide(b.review(b.vmi(annotations=CH)))
+    assert response["allowed"] is True
+    assert verdict in ("allowed", "warned")
+
+
+@pytest.mark.parametrize("annotations", [None, {}, {ANNOTATION: "qemu"}, {ANNOTATION: "Cloud-Hypervisor"}])
+def test_objects_without_the_selection_are_allowed_untouched(annotations):
+    bad = b.undecodable_disks(b.vmi(annotations=annotations), 3)
+    response, verdict = decide(b.review(bad))
+    assert response == {"uid": response["uid"], "allowed": True}
+    assert verdict == "ignored"
+
+
+def test_every_problem_is_a_cause_with_its_field_path():
+    response, verdict = decide(b.review(b.undecodable_disks(b.vmi(annotations=CH), 3)))
+    assert verdict == "denied"
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 422 and response["status"]["reason"] == "Invalid"
+    assert [c["field"] for c in causes(response)] == [f"spec.domain.devices.disks[{i}].name" for i in range(3)]
+    assert all(c["type"] == "FieldValueInvalid" for c in causes(response))
+    assert "spec.domain.devices.disks[2].name" in response["status"]["message"]
+
+
+def test_more_than_ten_problems_are_capped_at_ten_with_the_rest_counted():
+    response, _ = decide(b.review(b.undecodable_disks(b.vmi(annotations=CH), 14)))
+    assert len(causes(response)) == 10
+    assert response["status"]["message"].endswith(", and 4 more validation errors")
+
+
+@pytest.mark.parametrize(("wrap", "prefix"), [
+    (b.vm, "spec.template."),
+    (b.replicaset, "spec.template."),
+    (b.pool, "spec.virtualMachineTemplate.spec.template."),
+])
+def test_owners_are_checked_through_their_template_with_prefixed_paths(wrap, prefix):
+    response, verdict = decide(b.review(wrap(b.undecodable_disks(b.vmi(annotations=CH), 2))))
+    assert verdict == "denied"
+    assert [c["field"] for c in causes(response)] == [f"{prefix}spec.domain.devices.disks[{i}].name" for i in (0, 1)]
+    assert response["status"]["message"].startswith(f"{prefix}spec.domain.devices.disks[0].name")
+
+
+def test_an_owner_without_the_selection_is_not_checked():
+    response, verdict = decide(b.review(b.vm(b.undecodable_disks(b.vmi(), 2))))
+    assert response["allowed"] is True and verdict == "ignored"
+
+
+def test_an_annotation_on_the_vm_itself_is_checked_and_warned_about():
+    obj = b.vm(b.vmi(), annotations=CH)
+    response, verdict = decide(b.review(obj))
+    assert response["allowed"] is True and verdict == "warned"
+    assert any("spec.template.metadata.annotations" in w for w in response["warnings"])
+    bad = b.vm(b.undecodable_disks(b.vmi(), 1), annotations=CH)
+    assert decide(b.review(bad))[0]["allowed"] is False
+
+
+def test_an_owner_without_a_template_is_refused_for_the_missing_template():
+    obj = b.vm(b.vmi(), annotations=CH)
+    del obj["spec"]["template"]
+    response, _ = decide(b.review(obj))
+    assert causes(response) == [{"type": "FieldValueRequired", "message": "spec.template is a required field",
+                                 "field": "spec.template"}]
+
+
+# --- UPDATE -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    (None, CH), (CH, None), (CH, {ANNOTATION: "qemu"}), ({ANNOTATION: "qemu"}, CH),
+])
+def test_the_backend_of_an_existing_vmi_cannot_change(before, after):
+    old, new = b.vmi(annotations=before), b.vmi(annotations=after)
+    response, verdict = decide(b.review(new, "UPDATE", old))
+    assert verdict == "denied"
+    cause, = causes(response)
+    assert cause["field"] == "metadata.annotations[kubevirt-ch.io/hypervisor]"
+    assert "cannot change" in cause["message"]
+
+
+def test_other_annotation_changes_on_unselected_vmis_are_not_ours():
+    old, new = b.vmi(annotations={ANNOTATION: "a"}), b.vmi(annotations={ANNOTATION: "b"})
+    assert decide(b.review(new, "UPDATE", old))[1] == "ignored"
+
+
+def test_kubevirts_metadata_updates_are_never_refused_even_for_a_vmi_we_would_deny():
+    old = b.undecodable_disks(b.vmi(annotations=CH), 3)
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {"kubevirt.io/outdatedLauncherImage": ""}
+    new["metadata"]["finalizers"] = []
+    new["metadata"]["annotations"]["kubevirt.io/latest-observed-api-version"] = "v1"
+    response, verdict = decide(b.review(new, "UPDATE", old))
+    assert response["allowed"] is True and verdict == "ignored"
+
+
+def test_an_object_being_deleted_is_always_allowed():
+    old = b.vmi(annotations=CH)
+    new = b.undecodable_disks(b.vmi(annotations=None), 2)
+    new["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert decide(b.review(new, "UPDATE", old))[0]["allowed"] is True
+
+
+def test_a_spec_change_is_checked_again():
+    old = b.vmi(annotations=CH)
+    new = b.undecodable_disks(b.vmi(annotations=CH), 1)
+    assert decide(b.review(new, "UPDATE", old))[1] == "denied"
+
+
+def test_a_vm_template_change_is_checked_but_its_status_and_labels_are_not():
+    old = b.vm(b.undecodable_disks(b.vmi(annotations=CH), 1))
+    relabelled = copy.deepcopy(old)
+    relabelled["metadata"]["labels"] = {"x": "y"}
+    relabelled["status"] = {"printableStatus": "Running"}
+    assert decide(b.review(relabelled, "UPDATE", old))[1] == "ignored"
+    fixed_then_broken = b.vm(b.undecodable_disks(b.vmi(annotations=CH), 2))
+    assert decide(b.review(fixed_then_broken, "UPDATE", old))[1] == "denied"
+
+
+def test_selecting_a_vm_for_cloud_hypervisor_on_update_is_checked():
+    old = b.vm(b.undecodable_disks(b.vmi(), 1))
+    new = b.vm(b.undecodable_disks(b.vmi(annotations=CH), 1))
+    assert decide(b.review(new, "UPDATE", old))[1] == "denied"
+
+
+@pytest.mark.parametrize("operation", ["DELETE", "CONNECT"])
+def test_delete_and_connect_are_allowed(operation):
+    response, verdict = decide(b.review(None, operation, b.vmi(annotations=CH), kind="VirtualMachineInstance"))
+    assert response["allowed"] is True and verdict == "ignored"
+
+
+def test_a_dry_run_gets_the_same_answer():
+    obj = b.undecodable_disks(b.vmi(annotations=CH), 2)
+    real, _ = decide(b.review(obj))
+    dry, _ = decide(b.review(obj, dry_run=True))
+    assert {k: v for k, v in dry.items() if k != "uid"} == {k: v for k, v in real.items() if k != "uid"}
+
+
+def test_an_object_that_is_not_an_object_is_a_400():
+    response, verdict = decide(b.review([1, 2], kind="VirtualMachineInstance"))
+    assert verdict == "invalid"
+    assert response["status"]["code"] == 400
+
+
+def test_kinds_we_do_not_validate_are_allowed():
+    response, verdict = decide(b.review({"kind": "ConfigMap", "metadata": {"annotations": CH}}, kind="ConfigMap"))
+    assert response["allowed"] is True and verdict == "ignored"
+
+
+# --- KubeVirt version gate ---------------------------------------------------------------------
+
+
+def test_a_new_ch_vmi_is_refused_on_an_unsupported_kubevirt():
+    body = b.review(b.vmi(annotations=CH))
+    assert wants_kubevirt_status(parse_review(body))
+    response, verdict = decide(body, KubeVirtStatus(version="v1.11.0"))
+    assert verdict == "denied"
+    cause, = causes(response)
+    assert cause["field"] == "metadata.annotations[kubevirt-ch.io/hypervisor]"
+    assert "KubeVirt v1.11.0" in cause["message"] and ">=1.8.0, <1.10.0" in cause["message"]
+
+
+def test_an_unreadable_kubevirt_version_fails_closed_for_ch_objects():
+    response, _ = decide(b.review(b.vm(b.vmi(annotations=CH))), KubeVirtStatus(error="connection refused"))
+    cause, = causes(response)
+    assert cause["field"] == "spec.template.metadata.annotations[kubevirt-ch.io/hypervisor]"
+    assert "connection refused" in cause["message"]
+
+
+def test_a_supported_kubevirt_lets_ch_vmis_through():
+    response, _ = decide(b.review(b.vmi(annotations=CH)), KubeVirtStatus(version="v1.9.0"))
+    assert response["allowed"] is True
+
+
+def test_the_version_gate_never_touches_unselected_objects_or_updates():
+    assert not wants_kubevirt_status(parse_review(b.review(b.vmi())))
+    assert decide(b.review(b.vmi()), KubeVirtStatus(version="v9.0.0"))[0]["allowed"] is True
+    old = b.vmi(annotations=CH)
+    new = b.vmi(annotations=CH, terminationGracePeriodSeconds=5)
+    assert not wants_kubevirt_status(parse_review(b.review(new, "UPDATE", old)))
+    assert decide(b.review(new, "UPDATE", old), KubeVirtStatus(version="v9.0.0"))[0]["allowed"] is True
