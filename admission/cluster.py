@@ -30,6 +30,7 @@ class KubeVirtStatus:
     version: str | None = None
     bindings: Mapping[str, int] = field(default_factory=dict)
     error: str | None = None
+    ratio: str | None = None  # spec.configuration.additionalGuestMemoryOverheadRatio (KubeVirt's own)
 
     @classmethod
     def from_cr(cls, cr: Any) -> KubeVirtStatus:
@@ -48,9 +49,12 @@ class KubeVirtStatus:
                         bindings[str(name)] = quantity_bytes(memory)
                     except ValueError:
                         pass  # KubeVirt validates these; an unparsable one adds nothing, as in KubeVirt
+        ratio = _get(cr, "spec", "configuration", "additionalGuestMemoryOverheadRatio")
+        ratio = ratio if isinstance(ratio, str) and ratio else None
         if not isinstance(version, str) or not version:
-            return cls(bindings=bindings, error="the KubeVirt resource has no status.observedKubeVirtVersion yet")
-        return cls(version=version, bindings=bindings)
+            return cls(bindings=bindings, ratio=ratio,
+                       error="the KubeVirt resource has no status.observedKubeVirtVersion yet")
+        return cls(version=version, bindings=bindings, ratio=ratio)
 
 
 def _get(obj: Any, *path: str) -> Any:

@@ -112,3 +112,58 @@ def review(obj: Any, operation: str = "CREATE", old: Any = None, kind: str | Non
         "options": {"apiVersion": "meta.k8s.io/v1", "kind": f"{operation.title()}Options"},
     }
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def launcher_pod(vmi_obj: dict[str, Any], overhead: int | None = 290 * 2**20, memory: str = "128Mi",
+                 limit: bool = False, migration: bool = False, hugepages: bool = False) -> dict[str, Any]:
+    """A launcher pod as virt-controller renders it for `vmi_obj` (template.go@d923fdb815cd, abridged):
+    the compute container's memory is the guest's plus `overhead` (request, and limit if any), and
+    `overhead` is in `kubevirt.io/memory-overhead-bytes` (None: no annotation, as with old KubeVirt)."""
+    from ch_launcher.kubevirt.quantity import quantity_bytes
+    meta = vmi_obj["metadata"]
+    guest = quantity_bytes(memory)
+    kv = overhead if overhead is not None else 0
+    request = kv if hugepages else guest + kv
+    resources: dict[str, Any] = {"requests": {"memory": str(request), "cpu": "100m",
+                                              "devices.kubevirt.io/kvm": "1", "ephemeral-storage": "50M"},
+                                 "limits": {"devices.kubevirt.io/kvm": "1"}}
+    if limit:
+        resources["limits"]["memory"] = str(request)
+    if hugepages:
+        resources["requests"]["hugepages-2Mi"] = memory
+        resources["limits"]["hugepages-2Mi"] = memory
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()}
+    annotations.update({"kubevirt.io/domain": meta["name"], "kubectl.kubernetes.io/default-container": "compute",
+                        "kubevirt.io/migrationTransportUnix": "true"})
+    if overhead is not None:
+        annotations["kubevirt.io/memory-overhead-bytes"] = str(overhead)
+    labels = {"kubevirt.io": "virt-launcher", "kubevirt.io/created-by": meta.get("uid", "vmi-uid"),
+              "vmi.kubevirt.io/id": meta["name"]}
+    if migration:
+        labels["kubevirt.io/migrationJobUID"] = "migration-uid"
+    command = ["/usr/bin/virt-launcher-monitor", "--qemu-timeout", "288s", "--name", meta["name"],
+               "--uid", meta.get("uid", "vmi-uid"), "--namespace", meta.get("namespace", "default"),
+               "--kubevirt-share-dir", "/var/run/kubevirt", "--ephemeral-disk-dir",
+               "/var/run/kubevirt-ephemeral-disks", "--container-disk-dir", "/var/run/kubevirt/container-disks",
+               "--grace-period-seconds", "45", "--hook-sidecars", "0", "--ovmf-path", "/usr/share/OVMF",
+               "--disk-memory-limit", "2097152000", "--hypervisor", "kvm"]
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": f"virt-launcher-{meta['name']}-", "namespace": meta.get("namespace", "default"),
+                     "labels": labels, "annotations": annotations,
+                     "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                                          "name": meta["name"], "uid": meta.get("uid", "vmi-uid"),
+                                          "controller": True, "blockOwnerDeletion": True}]},
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {"kubernetes.io/arch": "amd64", "kubevirt.io/schedulable": "true"},
+            "initContainers": [{"name": "container-disk-binary", "image": "quay.io/kubevirt/virt-launcher:v1.9.0",
+                                "command": ["/usr/bin/cp", "/usr/bin/container-disk", "/init/usr/bin/container-disk"]}],
+            "containers": [
+                {"name": "compute", "image": "quay.io/kubevirt/virt-launcher:v1.9.0", "imagePullPolicy": "IfNotPresent",
+                 "command": command, "resources": resources},
+                {"name": "volumecontainerdisk", "image": "example.org/cirros:latest",
+                 "command": ["/usr/bin/container-disk"], "resources": {"requests": {"memory": "1M"}}},
+            ],
+        },
+    }
