@@ -1,1 +1,511 @@
-"""Placeholder: being written (see the issues)."""
+"""Client of Cloud Hypervisor's REST API over its unix socket (`--api-socket path=`).
+
+One method per endpoint, each a thin line over `_call`. Facts this client relies on
+(cloud-hypervisor.md §2-§4, from `vmm/src/api/http/mod.rs@v53.0` and micro_http):
+
+- The VMM serves **one request at a time**, and a long call stalls every other call. So each
+  client serialises its calls through a lock shared by every client of the same socket path in
+  this process, and a caller waiting for that lock gives up after its own timeout.
+- At most 10 connections are accepted; an idle keep-alive connection holds one. So every call
+  opens its own connection and closes it afterwards.
+- Request bodies are read only by `Content-Length`: requests sends it for every body, and
+  `Content-Length: 0` for a bodyless PUT.
+- A 204 has no body and no body headers; `vmm.shutdown` answers 200 with an empty body; `vm.add-*`
+  answers 200 `PciDeviceInfo` on a running VM and 204 on a created one (cold add).
+
+Errors are typed (`ChApiError` and five subclasses) and carry the VMM's error chain. The mapping
+understands every body format seen across versions: plain text (<= v46), a JSON array of the
+cause chain (v47+), micro_http's JSON object for HTTP-level parse errors, and the status codes of
+v53.0 (404 for a missing VM) and of main after v53 (400, 404, 409). It maps on the message text as
+well as the status, because the same condition has had different statuses across versions.
+
+The client is blocking; the launcher calls it from a worker thread. It never retries a request
+(a retried PUT could act twice).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import re
+import socket
+import threading
+import urllib.parse
+from typing import Any
+
+import requests
+import requests_unixsocket
+from pydantic import BaseModel, ValidationError
+
+from .vmconfig import (
+    DeviceConfig,
+    DiskConfig,
+    FsConfig,
+    NetConfig,
+    PciDeviceInfo,
+    VmConfig,
+    VmInfo,
+    VmmPingResponse,
+    VsockConfig,
+)
+
+API_ROOT = "/api/v1"
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+class ChApiError(Exception):
+    """A call to the VMM failed.
+
+    `endpoint` is CH's name for the call (`"vm.boot"`), `status` the HTTP status (None when no
+    answer was received), `messages` the error chain from the outermost cause to the root, as the
+    VMM reported it (v47+: the JSON array; <= v46: the single plain-text line).
+    """
+
+    def __init__(self, endpoint: str, status: int | None, messages: list[str], detail: str = "") -> None:
+        self.endpoint = endpoint
+        self.status = status
+        self.messages = list(messages)
+        self.detail = detail
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        # "Error from API" heads every v47+ chain and says nothing; leave it out of log lines.
+        chain = [m for m in self.messages if m != "Error from API"]
+        head = f"{self.endpoint} failed"
+        if self.status is not None:
+            head += f" (HTTP {self.status})"
+        text = ": ".join(chain) if chain else self.detail or "no error text"
+        if chain and self.detail:
+            text += f" ({self.detail})"
+        return f"{head}: {text}"
+
+    @property
+    def root_cause(self) -> str:
+        """The innermost message of the chain ("" if the VMM gave none)."""
+        return self.messages[-1] if self.messages else ""
+
+    def mentions(self, text: str) -> bool:
+        """True if any message of the chain contains `text`."""
+        return any(text in m for m in self.messages)
+
+
+class VmNotCreated(ChApiError):
+    """No VM config is stored (`vm.info`/`vm.boot`/`vm.reboot`/`vm.resize`/`vm.add-*` before `vm.create`).
+
+    404 on v53+, 500 with "VM is not created" / "VM config is missing" before; both are mapped here.
+    """
+
+
+class InvalidRequest(ChApiError):
+    """The VMM rejected the request itself (400): malformed JSON, a body where none is allowed,
+    a wrong method, an unknown route (404 "Not Found": this VMM lacks the endpoint), and on main
+    after v53 a config that fails validation. Retrying the same request cannot succeed.
+    """
+
+
+class Conflict(ChApiError):
+    """The call does not fit the VM's current state; nothing changed.
+
+    Covers "VM is already created", "VM is not running", invalid state transitions
+    (`InvalidStateTransition(Paused, Paused)`), snapshot of a running VM, receive-migration with a
+    VM present, "No device with id ... to remove", 409 (duplicate id or device path on main), and
+    429 "Too Many Requests" (a vCPU removal is still pending: retry later, `status == 429`).
+    Use `already_in_state` to tell "already where you wanted it" from a real refusal.
+    """
+
+    @property
+    def transition(self) -> tuple[str, str] | None:
+        """(from, to) of an `InvalidStateTransition(From, To)` in the chain, else None."""
+        for m in self.messages:
+            match = _TRANSITION.search(m)
+            if match:
+                return match.group(1), match.group(2)
+        return None
+
+    @property
+    def already_in_state(self) -> bool:
+        """The VM already is in the state the call asked for: pause of a paused VM, resume of a
+        running one, create when a VM exists. A launcher may treat these as success."""
+        tr = self.transition
+        if tr is not None:
+            return tr[0] == tr[1]
+        return self.mentions("VM is already created") and self.endpoint == "vm.create"
+
+
+class InternalError(ChApiError):
+    """The VMM failed to carry out a valid request (5xx): boot errors, device errors, I/O errors."""
+
+
+class VmmUnavailable(ChApiError):
+    """No answer from the VMM: socket missing, connection refused or reset, or timeout.
+
+    `status` is None (or 503 for micro_http's "Too many open connections"). The message says
+    which of these happened; a timeout names the endpoint and the seconds waited.
+    """
+
+
+_TRANSITION = re.compile(r"InvalidStateTransition\((\w+), (\w+)\)")
+
+_NOT_CREATED = ("VM is not created", "VM config is missing")
+_CONFLICT_TEXTS = (
+    "VM is already created",
+    "VM is not running",
+    "InvalidStateTransition",
+    "Trying to snapshot while VM is running",
+    "when a VM is already created",
+    "currently migrating",
+    "to remove",  # 'No device with id "x" to remove' (500 on v53.0, 404 on main)
+)
+
+
+def parse_error_body(body: bytes) -> list[str]:
+    """The error chain in a response body of any CH version; `[]` for an empty body."""
+    text = body.decode("utf-8", errors="replace").strip()
+    if not text:
+        return []
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return [text]  # <= v46: plain text, the innermost error
+    if isinstance(data, list):
+        return [m if isinstance(m, str) else json.dumps(m) for m in data]
+    if isinstance(data, dict) and isinstance(data.get("error"), str):
+        # micro_http's own errors: {"error": "<what>\nAll previous unanswered requests ...}"
+        return [line for line in data["error"].splitlines() if line.strip()]
+    if isinstance(data, str):
+        return [data]
+    return [text]
+
+
+def error_for(endpoint: str, status: int, body: bytes) -> ChApiError:
+    """Maps an error response to the most specific `ChApiError` subclass (module docstring)."""
+    messages = parse_error_body(body)
+    joined = "\n".join(messages)
+
+    if any(t in joined for t in _NOT_CREATED):
+        cls: type[ChApiError] = VmNotCreated
+    elif status == 503 and "Too many open connections" in joined:
+        cls = VmmUnavailable
+    elif status == 429 or status == 409 or any(t in joined for t in _CONFLICT_TEXTS):
+        cls = Conflict
+    elif status == 404:
+        # v53+ uses 404 for a missing VM; "Not Found" alone means the route does not exist.
+        cls = InvalidRequest if messages in ([], ["Not Found"]) else VmNotCreated
+    elif 400 <= status < 500:
+        cls = InvalidRequest
+    else:
+        cls = InternalError
+    return cls(endpoint, status, messages)
+
+
+# --- the client -----------------------------------------------------------------------------
+
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _lock_for(path: str) -> threading.Lock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(path, threading.Lock())
+
+
+def _body(obj: BaseModel | dict[str, Any] | None) -> dict[str, Any] | None:
+    if obj is None or isinstance(obj, dict):
+        return obj
+    to_api = getattr(obj, "to_api", None)
+    return to_api() if to_api else obj.model_dump(mode="json", exclude_none=True)
+
+
+class CloudHypervisorClient:
+    """Blocking client of one VMM's API socket.
+
+    `timeout` (seconds) bounds every call: waiting for the per-VMM lock, connecting, and each
+    read of the answer; every method takes `timeout=` to override it for one call (e.g. a long
+    `vm.boot` with prefault). On success a method returns the parsed answer (or None); on failure
+    it raises a `ChApiError` subclass and the VMM is in whatever state that error implies
+    (nothing changed for `Conflict`/`InvalidRequest`/`VmNotCreated`; unknown after a timeout).
+    """
+
+    def __init__(self, socket_path: str, timeout: float = 5.0) -> None:
+        self.socket_path = str(socket_path)
+        self.timeout = timeout
+        self.version: str | None = None  # from the last successful ping()
+        self._lock = _lock_for(self.socket_path)
+        self._base = "http+unix://" + urllib.parse.quote(self.socket_path, safe="") + API_ROOT
+        self._session = requests_unixsocket.Session()
+        self._session.trust_env = False  # no proxies, no netrc: a local socket
+        self._session.headers.clear()
+        self._session.headers.update({"Accept": "application/json", "User-Agent": "kubevirt-ch"})
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def _call(
+        self,
+        method: str,
+        endpoint: str,
+        body: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, bytes]:
+        t = self.timeout if timeout is None else timeout
+        if not self._lock.acquire(timeout=t):
+            raise VmmUnavailable(
+                endpoint,
+                None,
+                [],
+                f"another request to the VMM at {self.socket_path} was still in progress after {t:g} s",
+            )
+        try:
+            data = None
+            headers = {}
+            if body is not None:
+                data = json.dumps(body, separators=(",", ":")).encode()
+                headers["Content-Type"] = "application/json"
+            try:
+                resp = self._session.request(
+                    method, f"{self._base}/{endpoint}", data=data, headers=headers, timeout=(t, t)
+                )
+                status, content = resp.status_code, resp.content
+                resp.close()
+            except requests.exceptions.RequestException as exc:
+                raise self._unavailable(endpoint, t, exc) from exc
+            finally:
+                # One connection per request: CH allows only 10, and idle ones count.
+                self._session.close()
+        finally:
+            self._lock.release()
+        if status >= 300:
+            raise error_for(endpoint, status, content)
+        return status, content
+
+    def _unavailable(self, endpoint: str, t: float, exc: Exception) -> VmmUnavailable:
+        if isinstance(exc, requests.exceptions.Timeout):
+            return VmmUnavailable(endpoint, None, [], f"no answer from the VMM within {t:g} s")
+        cause = _root_os_error(exc)
+        path = self.socket_path
+        if isinstance(cause, FileNotFoundError) or getattr(cause, "errno", None) == errno.ENOENT:
+            why = f"API socket {path} does not exist (VMM not started, or exited)"
+        elif isinstance(cause, ConnectionRefusedError):
+            why = f"connection refused on {path} (nothing listening: VMM exited or not started)"
+        elif isinstance(cause, (socket.timeout, TimeoutError)):
+            why = f"no answer from the VMM within {t:g} s"
+        elif isinstance(cause, (ConnectionResetError, BrokenPipeError)) or _is_disconnect(exc):
+            why = f"connection to {path} reset or closed before an answer (VMM exited?)"
+        else:
+            why = f"cannot talk to the VMM at {path}: {cause or exc}"
+        return VmmUnavailable(endpoint, None, [], why)
+
+    def _json(self, endpoint: str, status: int, content: bytes) -> Any:
+        try:
+            return json.loads(content)
+        except ValueError as exc:
+            raise InternalError(endpoint, status, [], f"unparseable answer {content[:200]!r}") from exc
+
+    def _model(self, model: type[BaseModel], endpoint: str, status: int, content: bytes) -> Any:
+        try:
+            return model.model_validate(self._json(endpoint, status, content))
+        except ValidationError as exc:
+            raise InternalError(endpoint, status, [], f"unexpected answer: {exc}") from exc
+
+    def _put(self, endpoint: str, body: Any = None, timeout: float | None = None) -> None:
+        self._call("PUT", endpoint, _body(body), timeout)
+
+    def _add(self, endpoint: str, config: Any, timeout: float | None) -> PciDeviceInfo | None:
+        status, content = self._call("PUT", endpoint, _body(config), timeout)
+        if status == 204 or not content.strip():
+            return None  # cold add into the config of a created (not booted) VM
+        return self._model(PciDeviceInfo, endpoint, status, content)
+
+    def close(self) -> None:
+        self._session.close()
+
+    def __enter__(self) -> CloudHypervisorClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- VMM --------------------------------------------------------------------------------
+
+    def ping(self, *, timeout: float | None = None) -> VmmPingResponse:
+        """`GET vmm.ping`; records `self.version` (e.g. "53.0.0")."""
+        status, content = self._call("GET", "vmm.ping", None, timeout)
+        pong = self._model(VmmPingResponse, "vmm.ping", status, content)
+        self.version = pong.version
+        return pong
+
+    def shutdown_vmm(self, *, timeout: float | None = None) -> None:
+        """`PUT vmm.shutdown`: deletes the VM and makes the process exit (answer 200 first)."""
+        self._put("vmm.shutdown", None, timeout)
+
+    # --- VM lifecycle -----------------------------------------------------------------------
+
+    def create(self, config: VmConfig | dict[str, Any], *, timeout: float | None = None) -> None:
+        """`PUT vm.create`: stores the config. Not validated until `boot()` (CH defers it)."""
+        self._put("vm.create", config, timeout)
+
+    def boot(self, *, timeout: float | None = None) -> None:
+        """`PUT vm.boot`: returns once the vCPUs run; config errors surface here."""
+        self._put("vm.boot", None, timeout)
+
+    def info(self, *, timeout: float | None = None) -> VmInfo:
+        status, content = self._call("GET", "vm.info", None, timeout)
+        return self._model(VmInfo, "vm.info", status, content)
+
+    def counters(self, *, timeout: float | None = None) -> dict[str, dict[str, int]]:
+        """`GET vm.counters`: per device id, its counters (e.g. `read_bytes`, `rx_frames`)."""
+        status, content = self._call("GET", "vm.counters", None, timeout)
+        data = self._json("vm.counters", status, content)
+        if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+            raise InternalError("vm.counters", status, [], f"unexpected answer {content[:200]!r}")
+        return data
+
+    def pause(self, *, timeout: float | None = None) -> None:
+        self._put("vm.pause", None, timeout)
+
+    def resume(self, *, timeout: float | None = None) -> None:
+        self._put("vm.resume", None, timeout)
+
+    def shutdown(self, *, timeout: float | None = None) -> None:
+        """`PUT vm.shutdown`: a hard stop; the config stays and `vm.info` reads `Created`."""
+        self._put("vm.shutdown", None, timeout)
+
+    def reboot(self, *, timeout: float | None = None) -> None:
+        """`PUT vm.reboot`: a hard reset, the VM is rebuilt from its config."""
+        self._put("vm.reboot", None, timeout)
+
+    def power_button(self, *, timeout: float | None = None) -> None:
+        """`PUT vm.power-button`: ACPI power button; the guest decides what happens."""
+        self._put("vm.power-button", None, timeout)
+
+    def nmi(self, *, timeout: float | None = None) -> None:
+        self._put("vm.nmi", None, timeout)
+
+    def delete(self, *, timeout: float | None = None) -> None:
+        """`PUT vm.delete`: stops the VM if running and drops its config; a no-op without one."""
+        self._put("vm.delete", None, timeout)
+
+    def resize(
+        self,
+        desired_vcpus: int | None = None,
+        desired_ram: int | None = None,
+        desired_balloon: int | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """`PUT vm.resize`. `Conflict` with status 429 while a vCPU removal is pending."""
+        body = {
+            k: v
+            for k, v in (
+                ("desired_vcpus", desired_vcpus),
+                ("desired_ram", desired_ram),
+                ("desired_balloon", desired_balloon),
+            )
+            if v is not None
+        }
+        if not body:
+            raise ValueError("resize() needs at least one of desired_vcpus, desired_ram, desired_balloon")
+        self._put("vm.resize", body, timeout)
+
+    # --- devices ----------------------------------------------------------------------------
+
+    def add_disk(self, disk: DiskConfig | dict[str, Any], *, timeout: float | None = None) -> PciDeviceInfo | None:
+        """`PUT vm.add-disk`: `PciDeviceInfo` on a booted VM, None on a cold add (204)."""
+        return self._add("vm.add-disk", disk, timeout)
+
+    def add_net(self, net: NetConfig | dict[str, Any], *, timeout: float | None = None) -> PciDeviceInfo | None:
+        """`PUT vm.add-net` with a named tap (`tap`); tap fds by SCM_RIGHTS are not supported here."""
+        return self._add("vm.add-net", net, timeout)
+
+    def add_fs(self, fs: FsConfig | dict[str, Any], *, timeout: float | None = None) -> PciDeviceInfo | None:
+        return self._add("vm.add-fs", fs, timeout)
+
+    def add_vsock(self, vsock: VsockConfig | dict[str, Any], *, timeout: float | None = None) -> PciDeviceInfo | None:
+        return self._add("vm.add-vsock", vsock, timeout)
+
+    def add_device(self, device: DeviceConfig | dict[str, Any], *, timeout: float | None = None) -> PciDeviceInfo | None:
+        """`PUT vm.add-device`: a VFIO device by sysfs path."""
+        return self._add("vm.add-device", device, timeout)
+
+    def remove_device(self, id: str, *, timeout: float | None = None) -> None:  # noqa: A002 (CH's name)
+        """`PUT vm.remove-device`. An unknown id raises `Conflict` on every version."""
+        self._put("vm.remove-device", {"id": id}, timeout)
+
+    # --- snapshot and migration -------------------------------------------------------------
+
+    def snapshot(self, destination_url: str, *, timeout: float | None = None) -> None:
+        """`PUT vm.snapshot` into an existing `file:///dir`; the VM must be paused."""
+        self._put("vm.snapshot", {"destination_url": destination_url}, timeout)
+
+    def restore(
+        self,
+        source_url: str,
+        prefault: bool | None = None,
+        resume: bool | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """`PUT vm.restore` (no VM may exist). Ends Paused unless `resume=True` (v52+)."""
+        body: dict[str, Any] = {"source_url": source_url}
+        if prefault is not None:
+            body["prefault"] = prefault
+        if resume is not None:
+            body["resume"] = resume
+        self._put("vm.restore", body, timeout)
+
+    def send_migration(
+        self,
+        destination_url: str,
+        local: bool | None = None,
+        downtime_ms: int | None = None,
+        timeout_s: int | None = None,
+        connections: int | None = None,
+        tls_dir: str | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """`PUT vm.send-migration`. v53+ returns at once (progress comes as events); <= v52
+        blocks until the migration ends, so give a generous `timeout=` there."""
+        body: dict[str, Any] = {"destination_url": destination_url}
+        for key, value in (
+            ("local", local),
+            ("downtime_ms", downtime_ms),
+            ("timeout_s", timeout_s),
+            ("connections", connections),
+            ("tls_dir", tls_dir),
+        ):
+            if value is not None:
+                body[key] = value
+        self._put("vm.send-migration", body, timeout)
+
+    def receive_migration(self, receiver_url: str, tls_dir: str | None = None, *, timeout: float | None = None) -> None:
+        """`PUT vm.receive-migration`: blocks the whole API until the migration ends."""
+        body: dict[str, Any] = {"receiver_url": receiver_url}
+        if tls_dir is not None:
+            body["tls_dir"] = tls_dir
+        self._put("vm.receive-migration", body, timeout)
+
+
+def _root_os_error(exc: BaseException) -> OSError | None:
+    """The innermost OSError behind a requests/urllib3 exception, if any."""
+    seen: set[int] = set()
+    stack: list[BaseException] = [exc]
+    found: OSError | None = None
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and not isinstance(e, requests.exceptions.RequestException):
+            if getattr(e, "errno", None) is not None or type(e) is not OSError:
+                found = e
+        for nxt in (getattr(e, "reason", None), e.__cause__, e.__context__, *getattr(e, "args", ())):
+            if isinstance(nxt, BaseException):
+                stack.append(nxt)
+    return found
+
+
+def _is_disconnect(exc: BaseException) -> bool:
+    text = repr(exc)
+    return "RemoteDisconnected" in text or "Connection aborted" in text or "ProtocolError" in text

@@ -1,0 +1,568 @@
+#!/usr/bin/env python3
+"""A simulated `cloud-hypervisor` for tests: same command line, same REST API, same events.
+
+It runs no guest. It serves CH's HTTP API on `--api-socket` with micro_http's framing and CH's
+answers per state and version, writes CH's event stream to `--event-monitor`, and exits as CH
+does. Guest actions are simulated by signals (SIGUSR1 poweroff, SIGUSR2 reboot, SIGURG panic)
+and `vm.power-button` (the guest powers off after FAKE_CH_ACPI_DELAY seconds). Every knob and
+every known difference from the real binary: docs/simulated-vmm.md.
+
+Stdlib only (it must start fast under any python3 >= 3.11). Modules beside it:
+`fakech_vm.py` (state machine), `fakech_checks.py` (validation, OpenAPI), `fakech_serial.py`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import heapq
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+from typing import Any, Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import fakech_checks as checks  # noqa: E402
+from fakech_serial import SerialPort  # noqa: E402
+from fakech_vm import ApiFailure, HttpFailure, Vmm  # noqa: E402
+
+START = time.monotonic()
+API_ROOT = "/api/v1/"
+MAX_CONNECTIONS = 10
+LINE_LIMIT = 1024
+SERVER_FULL = (
+    b"HTTP/1.1 503\r\nServer: Firecracker API\r\nConnection: close\r\n"
+    b'Content-Length: 40\r\n\r\n{ "error": "Too many open connections" }'
+)
+KNOWN_METHODS = {"GET", "PUT", "PATCH", "POST", "DELETE", "HEAD"}
+
+# endpoint -> (method, body: "none" | "required" | "optional", first major version)
+ROUTES: dict[str, tuple[str, str, int]] = {
+    "vmm.ping": ("GET", "optional", 0),
+    "vmm.shutdown": ("PUT", "none", 0),
+    "vm.create": ("PUT", "required", 0),
+    "vm.boot": ("PUT", "none", 0),
+    "vm.info": ("GET", "optional", 0),
+    "vm.counters": ("GET", "optional", 0),
+    "vm.pause": ("PUT", "none", 0),
+    "vm.resume": ("PUT", "none", 0),
+    "vm.shutdown": ("PUT", "none", 0),
+    "vm.reboot": ("PUT", "none", 0),
+    "vm.power-button": ("PUT", "none", 0),
+    "vm.nmi": ("PUT", "none", 0),
+    "vm.delete": ("PUT", "none", 0),
+    "vm.resize": ("PUT", "required", 0),
+    "vm.resize-zone": ("PUT", "required", 0),
+    "vm.add-disk": ("PUT", "required", 0),
+    "vm.add-net": ("PUT", "required", 0),
+    "vm.add-fs": ("PUT", "required", 0),
+    "vm.add-pmem": ("PUT", "required", 0),
+    "vm.add-vsock": ("PUT", "required", 0),
+    "vm.add-vdpa": ("PUT", "required", 0),
+    "vm.add-device": ("PUT", "required", 0),
+    "vm.add-user-device": ("PUT", "required", 0),
+    "vm.add-generic-vhost-user": ("PUT", "required", 52),
+    "vm.remove-device": ("PUT", "required", 0),
+    "vm.snapshot": ("PUT", "required", 0),
+    "vm.restore": ("PUT", "required", 0),
+    "vm.send-migration": ("PUT", "required", 0),
+    "vm.receive-migration": ("PUT", "required", 0),
+}
+
+LEVELS = {"ERROR": 0, "WARN": 1, "INFO": 2, "DEBUG": 3}
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    parts = (text.strip().lstrip("v").split(".") + ["0", "0"])[:3]
+    try:
+        return int(parts[0]), int(parts[1]), int(parts[2])
+    except ValueError:
+        sys.exit(f"FAKE_CH_VERSION={text!r} is not a version like 53.0.0")
+
+
+class Options:
+    api_socket: str | None = None
+    api_fd: int | None = None
+    event_monitor: str | None = None
+    event_fd: int | None = None
+    log_file: str | None = None
+    verbosity = 0
+    no_shutdown = False
+    seccomp = "true"
+
+
+def parse_args(argv: list[str], version: str) -> Options:
+    """CH's flags for API-driven use (cloud-hypervisor/src/main.rs@v53.0); others exit 1."""
+    opts = Options()
+    valued = {"--api-socket", "--event-monitor", "--log-file", "--seccomp", "--landlock-rules", "--log-format"}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        value = None
+        if arg.startswith("--") and "=" in arg and arg.split("=", 1)[0] in valued:
+            arg, value = arg.split("=", 1)
+        if arg in valued and value is None:
+            if i + 1 >= len(argv):
+                fail_start(f"error: a value is required for '{arg}'")
+            i += 1
+            value = argv[i]
+        if arg == "--api-socket":
+            if value.startswith("fd="):
+                opts.api_fd = int(value[3:])
+            else:
+                opts.api_socket = value[5:] if value.startswith("path=") else value
+        elif arg == "--event-monitor":
+            if value.startswith("fd="):
+                opts.event_fd = int(value[3:])
+            elif value.startswith("path="):
+                opts.event_monitor = value[5:]
+            else:
+                fail_start(f"Error parsing --event-monitor: {value!r}")
+        elif arg == "--log-file":
+            opts.log_file = value
+        elif arg == "--seccomp":
+            if value not in ("true", "false", "log", "errno"):
+                fail_start(f"error: invalid value '{value}' for '--seccomp'")
+            opts.seccomp = value
+        elif arg in ("--landlock-rules", "--log-format"):
+            pass
+        elif arg in ("-v", "-vv", "-vvv"):
+            opts.verbosity += len(arg) - 1
+        elif arg == "--no-shutdown":
+            opts.no_shutdown = True
+        elif arg == "--landlock":
+            pass
+        elif arg in ("-V", "--version"):
+            print(f"cloud-hypervisor v{version}")
+            sys.exit(0)
+        else:
+            fail_start(f"error: unexpected argument '{arg}' found (the simulated VMM boots only through the API)")
+        i += 1
+    return opts
+
+
+def fail_start(message: str, code: int = 1) -> None:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class FakeCloudHypervisor:
+    """The process: event monitor, API server, signals, timers, serial port; owns a `Vmm`."""
+
+    def __init__(self, opts: Options, version: tuple[int, int, int]) -> None:
+        self.opts = opts
+        self.version = version
+        self.no_shutdown = opts.no_shutdown
+        self.sel = selectors.DefaultSelector()
+        self.timers: list[tuple[float, int, Callable[[], None]]] = []
+        self.timer_seq = 0
+        self.exit_code: int | None = None
+        self.hung = False
+        self.listener: socket.socket | None = None
+        self.conns: dict[int, Conn] = {}
+        self.log_fd = 2
+        self.event_fd: int | None = None
+        self.request_log = os.environ.get("FAKE_CH_REQUEST_LOG")
+        self.hang_endpoint = os.environ.get("FAKE_CH_HANG_ENDPOINT", "").strip()
+        self.payload_limit = 4 << 20 if version[0] >= 54 else 51200
+        self.serial = SerialPort(self.sel, buffer_when_detached=version[0] >= 53, log=self.log)
+        self.vmm = Vmm(self)
+        spec_path = os.environ.get("FAKE_CH_OPENAPI") or os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "reference", "data",
+            "cloud-hypervisor-v53.0.yaml",
+        )  # fmt: skip
+        self.spec_path = spec_path
+        self.schemas: dict[str, Any] | None = None
+        self.schemas_loaded = False
+
+    def load_schemas(self) -> bool:
+        """Loads the OpenAPI spec on first use (keeps start-up fast); False if unavailable."""
+        if not self.schemas_loaded:
+            self.schemas_loaded = True
+            self.schemas = checks.load_spec(self.spec_path)
+            if self.schemas is None:
+                self.log("INFO", f"OpenAPI spec {self.spec_path} unavailable: request bodies are not checked")
+        return self.schemas is not None
+
+    # --- Host interface for Vmm -----------------------------------------------------------
+
+    def log(self, level: str, message: str) -> None:
+        if LEVELS.get(level, 2) > 1 + self.opts.verbosity:
+            return
+        elapsed = time.monotonic() - START
+        line = f"cloud-hypervisor: {elapsed * 1000:.6f}ms: <fake> {level}:fake_cloud_hypervisor -- {message}\n"
+        try:
+            os.write(self.log_fd, line.encode())
+        except OSError:
+            pass
+
+    def event(self, source: str, event: str, properties: dict[str, str] | None = None) -> None:
+        """One event, as serde_json::to_string_pretty + "\\n\\n"; dropped if the pipe is full."""
+        elapsed = time.monotonic() - START
+        obj = {
+            "timestamp": {"secs": int(elapsed), "nanos": int((elapsed % 1) * 1e9)},
+            "source": source,
+            "event": event,
+            "properties": properties,
+        }
+        self.log("INFO", f"event: {source}:{event} {properties or ''}")
+        if self.event_fd is None:
+            return
+        data = (json.dumps(obj, indent=2) + "\n\n").encode()
+        try:
+            os.write(self.event_fd, data)
+        except BlockingIOError:
+            self.log("WARN", f"event monitor is full, dropped {source}:{event}")
+        except OSError as exc:
+            self.log("WARN", f"event monitor write failed ({exc}), dropped {source}:{event}")
+
+    def schedule(self, delay: float, fn: Callable[[], None]) -> None:
+        self.timer_seq += 1
+        heapq.heappush(self.timers, (time.monotonic() + delay, self.timer_seq, fn))
+
+    def serial_start(self, config: dict[str, Any]) -> str | None:
+        return self.serial.start(config)
+
+    def serial_stop(self) -> None:
+        self.serial.stop()
+
+    def serial_boot(self) -> None:
+        self.serial.boot()
+
+    def request_exit(self, code: int) -> None:
+        if self.exit_code is None:
+            self.exit_code = code
+
+    # --- start-up -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        os.umask(0o077)
+        if self.opts.log_file:
+            try:
+                self.log_fd = os.open(self.opts.log_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                fail_start(f"Error creating log file: {checks.io_error(exc)}")
+        self.log("INFO", f"fake cloud-hypervisor v{'.'.join(map(str, self.version))} starting, pid {os.getpid()}")
+        if self.opts.event_monitor:
+            # CH opens path= with create+truncate, blocking: on a FIFO it waits for a reader.
+            try:
+                fd = os.open(self.opts.event_monitor, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                fail_start(f"Error starting the event monitor: {checks.io_error(exc)}")
+            os.set_blocking(fd, False)
+            self.event_fd = fd
+        elif self.opts.event_fd is not None:
+            self.event_fd = self.opts.event_fd
+            os.set_blocking(self.event_fd, False)
+        self.event("vmm", "starting")
+        delay = float(os.environ.get("FAKE_CH_START_DELAY", "0") or 0)
+        if delay > 0:
+            time.sleep(delay)
+        exit_at_start = os.environ.get("FAKE_CH_EXIT_AT_START", "").strip()
+        if exit_at_start:
+            self.log("ERROR", f"exiting at start-up with code {exit_at_start} (FAKE_CH_EXIT_AT_START)")
+            fail_start(f"Error booting VMM: simulated start-up failure (FAKE_CH_EXIT_AT_START={exit_at_start})",
+                       int(exit_at_start))  # fmt: skip
+        if os.environ.get("FAKE_CH_NO_API_SOCKET", "") not in ("", "0"):
+            self.log("WARN", "not binding the API socket (FAKE_CH_NO_API_SOCKET)")
+        else:
+            self.bind_api_socket()
+        self.pending_signals: list[str] = []
+        for sig, action in (
+            (signal.SIGTERM, "exit"), (signal.SIGINT, "exit"), (signal.SIGUSR1, "poweroff"),
+            (signal.SIGUSR2, "reboot"), (signal.SIGURG, os.environ.get("FAKE_CH_PANIC_EVENT", "panic")),
+        ):  # fmt: skip
+            signal.signal(sig, lambda _s, _f, a=action: self.pending_signals.append(a))
+        rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+        self.sel.register(rfd, selectors.EVENT_READ, lambda _: os.read(rfd, 512))
+
+    def bind_api_socket(self) -> None:
+        if self.opts.api_fd is not None:
+            lst = socket.socket(fileno=self.opts.api_fd)
+        else:
+            path = self.opts.api_socket
+            if not path:
+                return
+            if self.version[0] >= 53:
+                # v53+: an exclusive lock on <path>.lock, then a stale socket is removed.
+                lock_fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    fail_start(f"Error booting VMM: ApiSocketInUse: the API socket {path} is in use by another instance")
+                self.api_lock_fd = lock_fd
+                if os.path.exists(path):
+                    os.unlink(path)
+            lst = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                lst.bind(path)
+            except OSError as exc:
+                fail_start(f"Error booting VMM: Error creating API server socket: {checks.io_error(exc)}")
+            lst.listen(64)
+        lst.setblocking(False)
+        self.listener = lst
+        self.sel.register(lst, selectors.EVENT_READ, self.accept)
+        self.log("INFO", f"API server listening on {self.opts.api_socket or 'fd'}")
+
+    # --- main loop ------------------------------------------------------------------------
+
+    def run(self) -> int:
+        while self.exit_code is None:
+            self.process_signals()
+            if self.exit_code is not None:
+                break
+            now = time.monotonic()
+            while self.timers and self.timers[0][0] <= now and self.exit_code is None:
+                _, _, fn = heapq.heappop(self.timers)
+                fn()
+            if self.exit_code is not None:
+                break
+            timeout = max(0.0, self.timers[0][0] - now) if self.timers else 1.0
+            for key, _ in self.sel.select(min(timeout, 1.0)):
+                key.data(key)
+                if self.exit_code is not None:
+                    break
+        self.cleanup()
+        return self.exit_code
+
+    def process_signals(self) -> None:
+        while self.pending_signals:
+            action = self.pending_signals.pop(0)
+            self.log("INFO", f"signal: {action}")
+            if action == "exit":
+                self.vmm.shutdown_vmm()
+            else:
+                self.vmm.guest(action)
+
+    def cleanup(self) -> None:
+        self.serial.stop()
+        for conn in list(self.conns.values()):
+            conn.close()
+        if self.listener is not None:
+            self.listener.close()
+            if self.opts.api_socket:
+                try:
+                    os.unlink(self.opts.api_socket)  # a clean exit removes the socket
+                except OSError:
+                    pass
+        self.log("INFO", f"exiting with code {self.exit_code}")
+
+    # --- HTTP (micro_http) ----------------------------------------------------------------
+
+    def accept(self, _: Any) -> None:
+        assert self.listener is not None
+        try:
+            sock, _addr = self.listener.accept()
+        except BlockingIOError:
+            return
+        if len(self.conns) >= MAX_CONNECTIONS:
+            try:
+                sock.sendall(SERVER_FULL)
+            except OSError:
+                pass
+            sock.close()
+            return
+        sock.setblocking(False)
+        conn = Conn(self, sock)
+        self.conns[sock.fileno()] = conn
+        self.sel.register(sock, selectors.EVENT_READ, conn.readable)
+
+    def handle(self, method: str, target: str, body: bytes) -> bytes | None:
+        """One request -> the raw response (None: never answer, FAKE_CH_HANG_ENDPOINT)."""
+        path = target.split("?", 1)[0]
+        endpoint = path[len(API_ROOT):] if path.startswith(API_ROOT) else None
+        parsed: Any = None
+        if body:
+            try:
+                parsed = json.loads(body)
+            except ValueError:
+                parsed = body.decode("utf-8", errors="replace")
+        self.record(method, path, parsed if body else None)
+        route = ROUTES.get(endpoint or "")
+        if route is None or self.version[0] < route[2]:
+            return self.http_error(404, ["Not Found"])
+        want, body_rule, _ = route
+        if method not in ("GET", "PUT"):
+            return self.response(400, None)  # no body, and no Content-Length either (as CH)
+        if method != want:
+            return self.http_error(400, ["Bad Request"])
+        if body_rule == "none" and body:
+            return self.http_error(400, ["Bad Request"])
+        if body_rule == "required":
+            if not body:
+                return self.http_error(400, ["Bad Request"])
+            try:
+                parsed = json.loads(body)
+            except ValueError as exc:
+                return self.http_error(400, ["Failed to deserialize JSON", serde_message(exc)])
+            schema = checks.BODY_SCHEMA.get(endpoint)
+            if schema and self.load_schemas():
+                assert self.schemas is not None
+                errors, unknown = checks.check_schema(parsed, schema, self.schemas, prune=True)
+                for field in unknown:
+                    self.log("WARN", f"{endpoint}: unknown field `{field}` ignored (the real VMM ignores it silently)")
+                if errors:
+                    return self.http_error(400, ["Failed to deserialize JSON", errors[0]])
+        if endpoint == self.hang_endpoint:
+            self.log("WARN", f"{endpoint}: never answering (FAKE_CH_HANG_ENDPOINT); the API is stalled")
+            self.hung = True
+            return None
+        try:
+            status, payload = self.vmm.handle(endpoint, parsed if body_rule == "required" else None)
+        except ApiFailure as exc:
+            self.log("ERROR", f"{endpoint}: {exc.chain}")
+            return self.api_error(self.vmm.error_status(exc.kind), exc.chain)
+        except HttpFailure as exc:
+            return self.http_error(exc.status, exc.chain)
+        if status == 204:
+            return self.response(204, None)
+        if isinstance(payload, bytes):
+            return self.response(status, payload)
+        return self.response(status, compact(payload))
+
+    def record(self, method: str, path: str, body: Any) -> None:
+        if not self.request_log:
+            return
+        line = json.dumps({"method": method, "path": path, "body": body}) + "\n"
+        with open(self.request_log, "a") as f:
+            f.write(line)
+
+    def response(self, status: int, body: bytes | None, server: str = "Cloud Hypervisor API") -> bytes:
+        """micro_http's framing: empty reason phrase; no body headers on 204."""
+        head = f"HTTP/1.1 {status} \r\nServer: {server}\r\nConnection: keep-alive\r\n"
+        if status == 204 or body is None:
+            return (head + "\r\n").encode()
+        head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        return (head + "\r\n").encode() + body
+
+    def api_error(self, status: int, chain: list[str]) -> bytes:
+        if self.version[0] <= 46:  # plain text: every Display joined, "Error from API: ...: root"
+            return self.response(status, ": ".join(chain).encode())
+        return self.response(status, compact(chain))
+
+    def http_error(self, status: int, chain: list[str]) -> bytes:
+        if self.version[0] <= 46:
+            return self.response(status, ": ".join(chain).encode())
+        return self.response(status, compact(chain))
+
+    def parse_error(self, what: str) -> bytes:
+        """micro_http's own 400: a JSON-ish object (with a raw newline), Server: Firecracker API."""
+        text = f'{{ "error": "{what}\nAll previous unanswered requests will be dropped." }}'
+        return self.response(400, text.encode(), server="Firecracker API")
+
+
+def compact(value: Any) -> bytes:
+    """serde_json::to_string: no spaces."""
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def serde_message(exc: ValueError) -> str:
+    msg = getattr(exc, "msg", str(exc))
+    line, col = getattr(exc, "lineno", 1), getattr(exc, "colno", 1)
+    return f"{msg[:1].lower()}{msg[1:]} at line {line} column {col}"
+
+
+class Conn:
+    """One client connection: buffers bytes, parses requests by Content-Length, one at a time."""
+
+    def __init__(self, server: FakeCloudHypervisor, sock: socket.socket) -> None:
+        self.server, self.sock = server, sock
+        self.buf = bytearray()
+        self.closed = False
+
+    def readable(self, _: Any) -> None:
+        try:
+            data = self.sock.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.close()
+            return
+        self.buf += data
+        self.drain()
+
+    def drain(self) -> None:
+        while not self.closed and not self.server.hung and self.server.exit_code is None:
+            head_end = self.buf.find(b"\r\n\r\n")
+            if head_end < 0:
+                first = self.buf.split(b"\r\n", 1)[0]
+                if len(first) > LINE_LIMIT:
+                    self.fail("Invalid header. Reason: Header line is too long")
+                return
+            lines = bytes(self.buf[:head_end]).split(b"\r\n")
+            request_line = lines[0].decode("latin-1")
+            parts = request_line.split(" ")
+            if any(len(line) > LINE_LIMIT for line in lines):
+                return self.fail("Invalid header. Reason: Header line is too long")
+            if len(parts) != 3:
+                return self.fail("Invalid request.")
+            method, target, proto = parts
+            if method not in KNOWN_METHODS:
+                return self.fail(f"Invalid HTTP Method: {method}")
+            if proto not in ("HTTP/1.0", "HTTP/1.1"):
+                return self.fail(f"Invalid HTTP Version: {proto}")
+            length = 0
+            for raw in lines[1:]:
+                name, _, value = raw.decode("latin-1").partition(":")
+                if name.strip().lower() == "content-length":
+                    try:
+                        length = int(value.strip())
+                    except ValueError:
+                        return self.fail(f"Invalid header. Reason: Invalid value. Key:Content-Length; Value:{value.strip()}")
+            if length > self.server.payload_limit:
+                return self.fail(
+                    f"Request payload with size {length} is larger than the limit of "
+                    f"{self.server.payload_limit} allowed by server."
+                )
+            if len(self.buf) < head_end + 4 + length:
+                return
+            body = bytes(self.buf[head_end + 4 : head_end + 4 + length])
+            del self.buf[: head_end + 4 + length]
+            answer = self.server.handle(method, target, body)
+            if answer is None:
+                return  # hung: never answered; the connection stays open
+            self.send(answer)
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.sock.setblocking(True)
+            self.sock.sendall(data)
+            self.sock.setblocking(False)
+        except OSError:
+            self.close()
+
+    def fail(self, what: str) -> None:
+        self.buf.clear()
+        self.send(self.server.parse_error(what))
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.server.sel.unregister(self.sock)
+        except (KeyError, ValueError):
+            pass
+        self.server.conns.pop(self.sock.fileno(), None)
+        self.sock.close()
+
+
+def main() -> int:
+    version_text = os.environ.get("FAKE_CH_VERSION", "53.0.0")
+    version = parse_version(version_text)
+    opts = parse_args(sys.argv[1:], ".".join(map(str, version)))
+    server = FakeCloudHypervisor(opts, version)
+    server.start()
+    return server.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

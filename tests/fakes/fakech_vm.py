@@ -1,0 +1,634 @@
+"""The simulated VMM's state machine: every API endpoint, per state, with the real answers.
+
+Part of `fake_cloud_hypervisor.py` (stdlib only). Behaviour follows cloud-hypervisor.md §3-§5 and
+`api-behaviour-matrix.json`, checked against `vmm/src/lib.rs@v53.0`, `vmm/src/vm.rs@v53.0` and
+`vmm/src/api/http/mod.rs@v53.0` (error texts are CH's `Display` strings).
+
+The host (the HTTP/event/console shell in `fake_cloud_hypervisor.py`) supplies `Host`:
+events, logging, timers, the serial console, and process exit.
+"""
+
+from __future__ import annotations
+
+import copy
+import fcntl
+import json
+import os
+import struct
+import time
+from typing import Any, Callable, Protocol
+
+import fakech_checks as checks
+
+# ApiError Display strings (vmm/src/api/mod.rs@v53.0): the second element of every error chain.
+ACTION = {
+    "vm.boot": "The VM could not boot",
+    "vm.create": "The VM could not be created",
+    "vm.delete": "The VM could not be deleted",
+    "vm.info": "The VM info is not available",
+    "vm.counters": "The VM info is not available",
+    "vm.pause": "The VM could not be paused",
+    "vm.resume": "The VM could not resume",
+    "vm.shutdown": "The VM could not shutdown",
+    "vm.reboot": "The VM could not reboot",
+    "vm.snapshot": "The VM could not be snapshotted",
+    "vm.restore": "The VM could not be restored",
+    "vmm.shutdown": "The VMM could not shutdown",
+    "vm.resize": "The VM could not be resized",
+    "vm.resize-zone": "The memory zone could not be resized",
+    "vm.resize-disk": "The disk could not be resized",
+    "vm.add-device": "The device could not be added to the VM",
+    "vm.add-user-device": "The user device could not be added to the VM",
+    "vm.remove-device": "The device could not be removed from the VM",
+    "vm.add-disk": "The disk could not be added to the VM",
+    "vm.add-fs": "The fs could not be added to the VM",
+    "vm.add-generic-vhost-user": "The generic vhost-user device could not be added to the VM",
+    "vm.add-pmem": "The pmem device could not be added to the VM",
+    "vm.add-net": "The network device could not be added to the VM",
+    "vm.add-vdpa": "The vDPA device could not be added to the VM",
+    "vm.add-vsock": "The vsock device could not be added to the VM",
+    "vm.receive-migration": "Error receiving migration",
+    "vm.send-migration": "Error sending migration",
+    "vm.power-button": "Error triggering power button",
+    "vm.nmi": "Error triggering NMI",
+}
+
+# vm.add-* endpoint -> (VmConfig key, is a list, generated-id prefix)
+ADDERS = {
+    "vm.add-disk": ("disks", True, "_disk"),
+    "vm.add-net": ("net", True, "_net"),
+    "vm.add-fs": ("fs", True, "_fs"),
+    "vm.add-pmem": ("pmem", True, "_pmem"),
+    "vm.add-vsock": ("vsock", False, "_vsock"),
+    "vm.add-vdpa": ("vdpa", True, "_vdpa"),
+    "vm.add-device": ("devices", True, "_vfio"),
+    "vm.add-user-device": ("user_devices", True, "_vfio_user"),
+    "vm.add-generic-vhost-user": ("generic_vhost_user", True, "_generic_vhost_user"),
+}
+
+# Order in which DeviceManager creates devices, so generated ids match the real ones
+# (vmm/src/device_manager.rs@v53.0 make_virtio_devices, then VFIO devices).
+CREATION_ORDER = [
+    ("disks", "_disk"),
+    ("net", "_net"),
+    ("generic_vhost_user", "_generic_vhost_user"),
+    ("fs", "_fs"),
+    ("pmem", "_pmem"),
+    ("vsock", "_vsock"),
+    ("vdpa", "_vdpa"),
+    ("devices", "_vfio"),
+    ("user_devices", "_vfio_user"),
+]
+
+BLOCK_COUNTERS = (
+    "read_bytes", "write_bytes", "read_ops", "write_ops",
+    "write_latency_min", "write_latency_max", "write_latency_avg",
+    "read_latency_min", "read_latency_max", "read_latency_avg",
+)  # fmt: skip
+NET_COUNTERS = ("rx_bytes", "rx_frames", "tx_bytes", "tx_frames")
+
+
+class Host(Protocol):
+    version: tuple[int, int, int]
+    no_shutdown: bool
+
+    def event(self, source: str, event: str, properties: dict[str, str] | None = None) -> None: ...
+    def log(self, level: str, message: str) -> None: ...
+    def schedule(self, delay: float, fn: Callable[[], None]) -> None: ...
+    def serial_start(self, config: dict[str, Any]) -> str | None: ...
+    def serial_stop(self) -> None: ...
+    def serial_boot(self) -> None: ...
+    def request_exit(self, code: int) -> None: ...
+
+
+class ApiFailure(Exception):
+    """An error answer. `kind` selects the status per version (see `Vmm.error_status`)."""
+
+    def __init__(self, endpoint: str, chain: list[str], kind: str = "other") -> None:
+        super().__init__(chain[-1] if chain else endpoint)
+        self.endpoint, self.chain, self.kind = endpoint, chain, kind
+
+
+class HttpFailure(Exception):
+    """An HTTP-level error (`HttpError` in vmm/src/api/http/mod.rs): bad request, not found."""
+
+    def __init__(self, status: int, chain: list[str] | None) -> None:
+        super().__init__(status)
+        self.status, self.chain = status, chain
+
+
+def _lock_image(path: str, readonly: bool) -> int:
+    """Takes a whole-file OFD lock like CH's `try_lock_image` (read lock if read-only)."""
+    fd = os.open(path, (os.O_RDONLY if readonly else os.O_RDWR) | os.O_CLOEXEC)
+    ltype = fcntl.F_RDLCK if readonly else fcntl.F_WRLCK
+    flock = struct.pack("hhqqi4x", ltype, os.SEEK_SET, 0, 0, 0)
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, flock)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+class LockFailed(Exception):
+    def __init__(self, path: str, access: str) -> None:
+        super().__init__(path)
+        self.path, self.access = path, access
+
+
+class Vm:
+    """The `Vm` object CH owns while booted (`VmOwnership::Owned`)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config  # the stored config, shared (ids written back into it)
+        self.state = "Created"
+        self.lock_fds: list[int] = []
+        self.booted_at = time.monotonic()
+        self.bdfs: dict[str, str] = {}
+        self.pending_guest: list[str] = []  # guest actions deferred while paused
+
+    def release(self) -> None:
+        for fd in self.lock_fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.lock_fds.clear()
+
+
+class Vmm:
+    """The VMM thread: the stored config, the optional `Vm`, and one handler per endpoint."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.config: dict[str, Any] | None = None
+        self.vm: Vm | None = None
+        self.id_counter = 0
+        self.next_slot = 1
+        self.resize_pending_until = 0.0
+        self.exiting = False
+
+    # --- errors ---------------------------------------------------------------------------
+
+    def error_status(self, kind: str) -> int:
+        """Status per version (cloud-hypervisor.md §4.2)."""
+        major = self.host.version[0]
+        if major >= 54:  # "main after v53"
+            return {
+                "not_created": 404, "unknown_device": 404, "duplicate": 409,
+                "validation": 400,
+            }.get(kind, 500)  # fmt: skip
+        if major == 53 and kind == "not_created":
+            return 404
+        return 500
+
+    def fail(self, endpoint: str, *chain: str, kind: str = "other") -> ApiFailure:
+        return ApiFailure(endpoint, ["Error from API", ACTION.get(endpoint, endpoint), *chain], kind)
+
+    @property
+    def state(self) -> str:
+        if self.vm is not None:
+            return self.vm.state
+        return "Created" if self.config is not None else "NONE"
+
+    # --- dispatch -------------------------------------------------------------------------
+
+    def handle(self, endpoint: str, body: Any) -> tuple[int, Any]:
+        """Runs one API action; returns (status, JSON-able body or None). Raises ApiFailure."""
+        fn = getattr(self, "api_" + endpoint.replace(".", "_").replace("-", "_"), None)
+        if fn is None and endpoint in ADDERS:
+            return self.add_device(endpoint, body)
+        assert fn is not None, endpoint
+        return fn(body)
+
+    # --- VMM ------------------------------------------------------------------------------
+
+    def api_vmm_ping(self, _: Any) -> tuple[int, Any]:
+        major, minor, patch = self.host.version
+        return 200, {
+            "build_version": f"v{major}.{minor}.{patch}-fake",
+            "version": f"{major}.{minor}.{patch}",
+            "pid": os.getpid(),
+            "features": ["kvm"],
+        }
+
+    def api_vmm_shutdown(self, _: Any) -> tuple[int, Any]:
+        self.shutdown_vmm()
+        return 200, b""
+
+    def shutdown_vmm(self) -> None:
+        """vmm_shutdown: delete the VM, then `vmm:shutdown`; the host exits after answering."""
+        if self.exiting:
+            return
+        self.delete_vm()
+        self.exiting = True
+        self.host.event("vmm", "shutdown")
+        self.host.request_exit(0)
+
+    def delete_vm(self) -> None:
+        if self.vm is not None:
+            self.stop_vm(event=self.vm.state != "Created")
+        if self.config is not None:
+            self.config = None
+            self.host.event("vm", "deleted")
+
+    def stop_vm(self, event: bool = True) -> None:
+        vm, self.vm = self.vm, None
+        if vm is None:
+            return
+        vm.release()
+        self.host.serial_stop()
+        if event:
+            self.host.event("vm", "shutdown")
+
+    # --- VM lifecycle ---------------------------------------------------------------------
+
+    def api_vm_create(self, body: Any) -> tuple[int, Any]:
+        if self.config is not None:
+            raise self.fail("vm.create", "VM is already created")
+        if not isinstance(body, dict):
+            raise HttpFailure(400, ["Bad Request"])
+        self.config = checks.with_defaults(body)  # serde fills in defaults; vm.info shows them
+        return 204, None
+
+    def api_vm_boot(self, _: Any) -> tuple[int, Any]:
+        if self.vm is not None:
+            raise self.fail("vm.boot", "VM is already created")
+        self.host.event("vm", "booting")
+        if self.config is None:
+            raise self.fail("vm.boot", "VM config is missing", kind="not_created")
+        self.boot_vm("vm.boot")
+        self.host.event("vm", "booted")
+        return 204, None
+
+    def boot_vm(self, endpoint: str) -> None:
+        """`Vm::new` + `Vm::boot`: validate, create devices (ids, files, sockets), lock disks."""
+        assert self.config is not None
+        # pre_create_console_devices runs before Vm::new and survives a failed boot.
+        try:
+            pty = self.host.serial_start(self.config)
+        except OSError as exc:
+            raise self.fail(endpoint, "Error creating console devices", "Error creating console device",
+                            checks.io_error(exc)) from None  # fmt: skip
+        try:
+            checks.validate_config(self.config)
+        except checks.ConfigInvalid as exc:
+            raise self.fail(endpoint, "Failed to validate config", *exc.chain, kind=exc.kind) from None
+        candidate = copy.deepcopy(self.config)
+        counter = self.assign_ids(candidate)
+        try:
+            checks.create_devices(candidate)
+        except checks.DeviceError as exc:
+            raise self.fail(endpoint, *exc.chain) from None
+        # Ids (and autodetected image types) are written back into the stored config.
+        self.config.clear()
+        self.config.update(candidate)
+        self.id_counter = counter
+        vm = Vm(self.config)
+        if pty is not None:
+            self.config.setdefault("serial", {})["file"] = pty
+        self.allocate_bdfs(vm)
+        try:
+            self.lock_disks(vm)
+        except LockFailed as exc:
+            # Vm::boot failed after Vm::new: CH keeps the Vm object (state Created) anyway.
+            self.vm = vm
+            raise self.fail(
+                endpoint,
+                "Error locking disk images: Another instance likely holds a lock",
+                "Cannot lock images of all block devices",
+                f"Failed to get {exc.access} lock for disk image: {exc.path}",
+                "The file is already locked",
+            ) from None
+        vm.state = "Running"
+        self.vm = vm
+        self.host.serial_boot()
+        self.schedule_activation(vm)
+
+    def assign_ids(self, config: dict[str, Any]) -> int:
+        """Generated ids from one counter shared by all device types, skipping used ids."""
+        used = checks.user_ids(config)
+        counter = self.id_counter
+        for key, prefix in CREATION_ORDER:
+            items = config.get(key)
+            if items is None:
+                continue
+            for item in items if isinstance(items, list) else [items]:
+                if isinstance(item, dict) and not item.get("id"):
+                    while f"{prefix}{counter}" in used:
+                        counter += 1
+                    item["id"] = f"{prefix}{counter}"
+                    used.add(item["id"])
+                    counter += 1
+        return counter
+
+    def allocate_bdfs(self, vm: Vm) -> None:
+        self.next_slot = 1
+        for dev_id in checks.device_ids(vm.config):
+            vm.bdfs[dev_id] = f"0000:00:{self.next_slot:02x}.0"
+            self.next_slot += 1
+
+    def lock_disks(self, vm: Vm) -> None:
+        for disk in vm.config.get("disks") or []:
+            if disk.get("vhost_user") or not disk.get("path"):
+                continue
+            readonly = bool(disk.get("readonly"))
+            try:
+                vm.lock_fds.append(_lock_image(disk["path"], readonly))
+            except OSError:
+                vm.release()
+                raise LockFailed(disk["path"], "Read" if readonly else "Write") from None
+
+    def schedule_activation(self, vm: Vm) -> None:
+        """The guest drives its virtio devices shortly after boot: `virtio-device:activated`."""
+
+        def activate() -> None:
+            if self.vm is vm and vm.state != "Created":
+                for dev_id in checks.virtio_ids(vm.config):
+                    self.host.event("virtio-device", "activated", {"id": dev_id})
+
+        self.host.schedule(0.05, activate)
+
+    def api_vm_info(self, _: Any) -> tuple[int, Any]:
+        if self.config is None:
+            raise self.fail("vm.info", "VM is not created", kind="not_created")
+        info: dict[str, Any] = {"config": self.config, "state": self.state}
+        if self.host.version[0] < 53:
+            info = checks.with_nulls(info)
+        if self.vm is not None:
+            mem = (self.config.get("memory") or {}).get("size", 512 << 20)
+            info["memory_actual_size"] = mem
+            info["device_tree"] = {
+                dev_id: {"id": dev_id, "resources": [], "children": [], "pci_bdf": bdf}
+                for dev_id, bdf in self.vm.bdfs.items()
+            }
+        return 200, info
+
+    def api_vm_counters(self, _: Any) -> tuple[int, Any]:
+        vm = self.vm
+        if vm is None:
+            raise self.fail("vm.counters", "VM is not running")
+        # Monotonic, growing with uptime, so stats consumers see movement.
+        tick = int((time.monotonic() - vm.booted_at) * 1000) + 1
+        counters: dict[str, dict[str, int]] = {}
+        for disk in vm.config.get("disks") or []:
+            counters[disk["id"]] = {k: (tick * 512 if "bytes" in k else tick) for k in BLOCK_COUNTERS}
+        for net in vm.config.get("net") or []:
+            counters[net["id"]] = {k: (tick * 64 if "bytes" in k else tick) for k in NET_COUNTERS}
+        return 200, counters
+
+    def api_vm_pause(self, _: Any) -> tuple[int, Any]:
+        vm = self.vm
+        if vm is None:
+            raise self.fail("vm.pause", "VM is not running")
+        if vm.state not in ("Running", "Created"):
+            raise self.fail(
+                "vm.pause", "Cannot pause VM", "Failed to pause migratable component",
+                f"Invalid transition: InvalidStateTransition({vm.state}, Paused)",
+            )  # fmt: skip
+        self.host.event("vm", "pausing")
+        vm.state = "Paused"
+        self.host.event("vm", "paused")
+        return 204, None
+
+    def api_vm_resume(self, _: Any) -> tuple[int, Any]:
+        vm = self.vm
+        if vm is None:
+            raise self.fail("vm.resume", "VM is not running")
+        if vm.state != "Paused":
+            raise self.fail(
+                "vm.resume", "Cannot resume VM", "Failed to resume migratable component",
+                f"Invalid transition: InvalidStateTransition({vm.state}, Running)",
+            )  # fmt: skip
+        self.host.event("vm", "resuming")
+        vm.state = "Running"
+        self.host.event("vm", "resumed")
+        pending, vm.pending_guest = vm.pending_guest, []
+        for action in pending:
+            self.host.schedule(0.0, lambda a=action: self.guest(a))
+        return 204, None
+
+    def api_vm_shutdown(self, _: Any) -> tuple[int, Any]:
+        if self.vm is None:
+            raise self.fail("vm.shutdown", "VM is not running")
+        self.stop_vm()
+        return 204, None
+
+    def api_vm_reboot(self, _: Any) -> tuple[int, Any]:
+        self.host.event("vm", "rebooting")
+        if self.vm is None:
+            raise self.fail("vm.reboot", "VM is not created", kind="not_created")
+        self.reboot_vm("vm.reboot")
+        return 204, None
+
+    def reboot_vm(self, endpoint: str) -> None:
+        """Drop the Vm (locks, console) and build a new one from the config; ends Running."""
+        vm, self.vm = self.vm, None
+        assert vm is not None
+        vm.release()
+        self.host.serial_stop()
+        self.boot_vm(endpoint)
+        self.host.event("vm", "rebooted")
+
+    def api_vm_power_button(self, _: Any) -> tuple[int, Any]:
+        if self.vm is None:
+            raise self.fail("vm.power-button", "VM is not running")
+        delay = os.environ.get("FAKE_CH_ACPI_DELAY", "0.2").strip()
+        if delay.lower() == "never":
+            self.host.log("INFO", "power button pressed: the guest ignores ACPI (FAKE_CH_ACPI_DELAY=never)")
+        else:
+            vm = self.vm
+            self.host.schedule(float(delay), lambda: self.guest("poweroff") if self.vm is vm else None)
+        return 204, None
+
+    def api_vm_nmi(self, _: Any) -> tuple[int, Any]:
+        if self.vm is None:
+            raise self.fail("vm.nmi", "VM is not running")
+        return 204, None
+
+    def api_vm_delete(self, _: Any) -> tuple[int, Any]:
+        self.delete_vm()
+        return 204, None
+
+    # --- guest-initiated actions ----------------------------------------------------------
+
+    def guest(self, action: str) -> None:
+        """A guest action: "poweroff", "reboot", or "panic"/"crash_loaded" (pvpanic)."""
+        vm = self.vm
+        if vm is None or vm.state == "Created":
+            self.host.log("WARN", f"guest {action} ignored: no VM is running")
+            return
+        if vm.state == "Paused":
+            self.host.log("INFO", f"guest {action} deferred: the VM is paused")
+            vm.pending_guest.append(action)
+            return
+        if action == "poweroff":
+            self.stop_vm()
+            if not self.host.no_shutdown:
+                self.shutdown_vmm()
+        elif action == "reboot":
+            self.host.event("vm", "rebooting")
+            try:
+                self.reboot_vm("vm.reboot")
+            except ApiFailure as exc:
+                self.host.log("ERROR", f"guest reboot failed: {exc.chain}")
+        elif action in ("panic", "crash_loaded"):
+            if vm.config.get("pvpanic"):
+                self.host.event("guest", "panic", {"event": action})
+            else:
+                self.host.log("WARN", "guest panicked, but there is no pvpanic device")
+
+    # --- resize and devices ---------------------------------------------------------------
+
+    def api_vm_resize(self, body: Any) -> tuple[int, Any]:
+        if self.config is None:
+            raise self.fail("vm.resize", "VM is not created", kind="not_created")
+        if not isinstance(body, dict):
+            raise HttpFailure(400, ["Bad Request"])
+        vcpus, ram, balloon = body.get("desired_vcpus"), body.get("desired_ram"), body.get("desired_balloon")
+        if self.vm is not None and time.monotonic() < self.resize_pending_until:
+            raise HttpFailure(429, ["Too Many Requests"])
+        cpus = self.config.setdefault("cpus", {"boot_vcpus": 1, "max_vcpus": 1})
+        if vcpus is not None:
+            if vcpus > cpus.get("max_vcpus", 1) or vcpus < 1:
+                raise self.fail("vm.resize", "Error from CPU manager", f"Number of vCPUs ({vcpus}) is invalid")
+            if self.vm is not None and vcpus < cpus.get("boot_vcpus", 1):
+                # The guest removes vCPUs asynchronously; meanwhile another resize gets 429.
+                self.resize_pending_until = time.monotonic() + float(
+                    os.environ.get("FAKE_CH_VCPU_REMOVAL_DELAY", "0.1")
+                )
+        if self.vm is not None:
+            self.host.event("vm", "resizing")
+        if vcpus is not None:
+            cpus["boot_vcpus"] = vcpus
+        if ram is not None:
+            self.config.setdefault("memory", {})["size"] = ram
+        if balloon is not None and self.config.get("balloon") is not None:
+            self.config["balloon"]["size"] = balloon
+        if self.vm is not None:
+            self.host.event("vm", "resized")
+        return 204, None
+
+    def api_vm_resize_zone(self, body: Any) -> tuple[int, Any]:
+        if self.config is None:
+            raise self.fail("vm.resize-zone", "VM is not created", kind="not_created")
+        zones = (self.config.get("memory") or {}).get("zones") or []
+        for zone in zones:
+            if isinstance(body, dict) and zone.get("id") == body.get("id"):
+                zone["size"] = body.get("desired_ram", zone.get("size"))
+                return 204, None
+        raise self.fail("vm.resize-zone", "Failed resizing a memory zone")
+
+    def add_device(self, endpoint: str, body: Any) -> tuple[int, Any]:
+        if self.config is None:
+            raise self.fail(endpoint, "VM is not created", kind="not_created")
+        if not isinstance(body, dict):
+            raise HttpFailure(400, ["Bad Request"])
+        key, is_list, prefix = ADDERS[endpoint]
+        candidate = copy.deepcopy(self.config)
+        body = checks.with_defaults({key: [body]})[key][0] if is_list else body
+        if is_list:
+            candidate.setdefault(key, []).append(body)
+        else:
+            candidate[key] = body
+        # vm_add_*: validate a clone of the config at once (unlike vm.create).
+        try:
+            checks.validate_config(candidate, boot=False)
+        except checks.ConfigInvalid as exc:
+            raise self.fail(endpoint, "Failed to validate config", *exc.chain, kind=exc.kind) from None
+        if self.vm is None:
+            self.config.clear()
+            self.config.update(candidate)
+            return 204, None  # cold add: the device is created at boot
+        dev = candidate[key][-1] if is_list else candidate[key]
+        if not dev.get("id"):
+            used = checks.user_ids(candidate) | set(self.vm.bdfs)
+            while f"{prefix}{self.id_counter}" in used:
+                self.id_counter += 1
+            dev["id"] = f"{prefix}{self.id_counter}"
+            self.id_counter += 1
+        try:
+            checks.create_devices({key: [dev] if is_list else dev, "memory": candidate.get("memory")})
+        except checks.DeviceError as exc:
+            raise self.fail(endpoint, *exc.chain) from None
+        if key == "disks" and dev.get("path") and not dev.get("vhost_user"):
+            try:
+                self.vm.lock_fds.append(_lock_image(dev["path"], bool(dev.get("readonly"))))
+            except OSError:
+                raise self.fail(endpoint, "Error from device manager", "Cannot lock images of all block devices") from None
+        self.config.clear()
+        self.config.update(candidate)
+        bdf = f"0000:00:{self.next_slot:02x}.0"
+        self.next_slot += 1
+        self.vm.bdfs[dev["id"]] = bdf
+        vm = self.vm
+        self.host.schedule(
+            0.02, lambda: self.host.event("virtio-device", "activated", {"id": dev["id"]}) if self.vm is vm else None
+        )
+        return 200, {"id": dev["id"], "bdf": bdf}
+
+    def api_vm_remove_device(self, body: Any) -> tuple[int, Any]:
+        if not isinstance(body, dict) or not isinstance(body.get("id"), str):
+            raise HttpFailure(400, ["Bad Request"])
+        dev_id = body["id"]
+        if self.config is None:
+            raise self.fail("vm.remove-device", "VM is not created", kind="not_created")
+        if not checks.remove_from_config(self.config, dev_id):
+            raise self.fail("vm.remove-device", f'No device with id "{dev_id}" to remove', kind="unknown_device")
+        if self.vm is not None:
+            bdf = self.vm.bdfs.pop(dev_id, "0000:00:00.0")
+            self.host.event("vm", "device-removed", {"id": dev_id, "bdf": bdf})
+        return 204, None
+
+    # --- snapshot, restore, migration -----------------------------------------------------
+
+    def api_vm_snapshot(self, body: Any) -> tuple[int, Any]:
+        if self.vm is None:
+            raise self.fail("vm.snapshot", "VM is not running")
+        if self.vm.state != "Paused":
+            raise self.fail(
+                "vm.snapshot", "Cannot snapshot VM", "Failed to snapshot migratable component",
+                "Trying to snapshot while VM is running",
+            )  # fmt: skip
+        url = body.get("destination_url", "") if isinstance(body, dict) else ""
+        directory = checks.file_url_dir(url)
+        if directory is None or not os.path.isdir(directory):
+            raise self.fail("vm.snapshot", "Cannot snapshot VM", "Failed to snapshot migratable component",
+                            f"Invalid destination URL {url!r}")  # fmt: skip
+        self.host.event("vm", "snapshotting")
+        with open(os.path.join(directory, "config.json"), "w") as f:
+            json.dump(self.config, f)
+        with open(os.path.join(directory, "state.json"), "w") as f:
+            json.dump({"fake": True, "state": "Paused"}, f)
+        with open(os.path.join(directory, "memory-ranges"), "wb") as f:
+            f.write(b"\0" * 64)
+        self.host.event("vm", "snapshotted")
+        return 204, None
+
+    def api_vm_restore(self, body: Any) -> tuple[int, Any]:
+        if self.config is not None or self.vm is not None:
+            raise self.fail("vm.restore", "VM is already created")
+        url = body.get("source_url", "") if isinstance(body, dict) else ""
+        directory = checks.file_url_dir(url)
+        try:
+            with open(os.path.join(directory or "", "config.json")) as f:
+                config = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise self.fail("vm.restore", "Cannot restore VM", f"Could not read the snapshot: {exc}") from None
+        self.host.event("vm", "restoring")
+        self.config = config
+        self.boot_vm("vm.restore")
+        assert self.vm is not None
+        self.vm.state = "Running" if body.get("resume") else "Paused"
+        self.host.event("vm", "restored")
+        return 204, None
+
+    def api_vm_send_migration(self, body: Any) -> tuple[int, Any]:
+        if self.vm is None:
+            raise self.fail("vm.send-migration", "VM is not running")
+        raise self.fail("vm.send-migration", "Migration is not supported by the simulated VMM")
+
+    def api_vm_receive_migration(self, body: Any) -> tuple[int, Any]:
+        if self.vm is not None:
+            raise self.fail("vm.receive-migration", "Can't receive a migration when a VM is already created")
+        raise self.fail("vm.receive-migration", "Migration is not supported by the simulated VMM")
