@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ch_launcher.ch.vmconfig import VmConfig
 from ch_launcher.convert.errors import Degradation, Reason, UnsupportedFeature, UnsupportedFeatures
-from ch_launcher.convert.plan import Step
+from ch_launcher.convert.plan import DhcpSpec, Step
 from ch_launcher.kubevirt.domain import DomainDisk, DomainInterface
 from ch_launcher.kubevirt.vmi import VirtualMachineInstance
 
@@ -26,6 +26,8 @@ class PodFacts:
     environ: Mapping[str, str] = field(default_factory=dict)  # PCI_RESOURCE_*, POD_NAME, ...
     cpuset: tuple[int, ...] = ()  # CPUs of the compute container's cpuset
     link_mtu: Mapping[str, int] = field(default_factory=dict)  # link name (tap0, eth0, ...) -> MTU
+    link_mac: Mapping[str, str] = field(default_factory=dict)  # link name -> MAC (eth0's is the guest's)
+    network_info: str | None = None  # text of /etc/podinfo/network-info (SR-IOV, vhost-user); None: absent
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class Translation:
         self.warnings: list[Degradation] = []
         self.shared_memory_reasons: list[str] = []  # devices that need memory.shared (or hugepages)
         self.serial_socket: str | None = None
+        self.dhcp: list[DhcpSpec] = []  # DHCP servers the launcher runs (masquerade, bridge)
 
     @property
     def vmi_dir(self) -> str:

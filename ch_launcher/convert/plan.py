@@ -78,6 +78,38 @@ class WaitForSocket(Step):
     timeout_seconds: float = 30.0
 
 
+@dataclass(frozen=True)
+class DhcpOptions:
+    """`interfaces[].dhcpOptions`: options 67, 66, 42 and private options 224-254."""
+
+    boot_file_name: str = ""
+    tftp_server_name: str = ""
+    ntp_servers: tuple[str, ...] = ()  # IPv4 addresses, validated by the translator
+    private_options: tuple[tuple[int, str], ...] = ()  # (code 224..254, value)
+
+
+@dataclass(frozen=True)
+class DhcpSpec:
+    """One DHCP server the launcher runs for the guest on the in-pod bridge (`ch_launcher.dhcp`).
+
+    It answers only `mac`, the guest's MAC. Masquerade: the address and gateway are computed
+    here from `vmNetworkCIDR`. Bridge: they come from virt-handler's cache file
+    `vif-cache-<pod_interface>.json` at start (`address`/`gateway` stay empty).
+    """
+
+    field: str  # spec.domain.devices.interfaces[i]
+    interface: str  # the VMI interface name
+    binding: str  # "masquerade" | "bridge"
+    pod_interface: str  # eth0, pod<hash>, net<i>
+    bridge: str  # k6t-<...>: where the server listens
+    mac: str
+    server_ip: str  # the bridge's own address, sent as the server identifier
+    address: str = ""  # masquerade: "10.0.2.2/24"
+    gateway: str = ""  # masquerade: "10.0.2.1"
+    subdomain: str = ""  # spec.subdomain, prepended to the service search domain
+    options: DhcpOptions = field(default_factory=DhcpOptions)
+
+
 @dataclass
 class Plan:
     config: VmConfig
@@ -86,3 +118,4 @@ class Plan:
     disks: list[DomainDisk] = field(default_factory=list)
     interfaces: list[DomainInterface] = field(default_factory=list)
     serial_socket: str | None = None  # where the VMM's serial console listens, if anywhere
+    dhcp: list[DhcpSpec] = field(default_factory=list)  # servers to run before the guest boots

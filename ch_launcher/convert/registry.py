@@ -9,8 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ch_launcher.convert.context import Translation
+from ch_launcher.convert.devices import configure_devices
+from ch_launcher.convert.network import configure_network
+from ch_launcher.convert.policy import configure_policy
 
 CONFIGURATORS: list[Callable[[Translation], None]] = [
     # compute, firmware, storage, console, network, devices, memory, policy: listed here by
     # their modules as they land.
+    configure_network,
+    configure_devices,
+    configure_policy,
 ]

@@ -250,6 +250,7 @@ class Interface(_Model):
     sriov: Empty | None = None
     macvtap: Empty | None = None
     passt: Empty | None = None
+    passtBinding: Empty | None = None
     macAddress: str = ""
     bootOrder: int | None = None
     ports: list[Port] = Field(default_factory=list)
@@ -262,7 +263,7 @@ class Interface(_Model):
     @property
     def binding_method(self) -> str:
         """`bridge`, `masquerade`, `sriov`, ... or `plugin:<name>`; `""` when none is set."""
-        for method in ("bridge", "masquerade", "slirp", "sriov", "macvtap", "passt"):
+        for method in ("bridge", "masquerade", "slirp", "sriov", "macvtap", "passt", "passtBinding"):
             if getattr(self, method) is not None:
                 return method
         if self.binding is not None:
@@ -533,6 +534,7 @@ class InterfaceStatus(_Model):
     mac: str = ""
     ipAddress: str = ""
     interfaceName: str = ""
+    podInterfaceName: str = ""
 
 
 class MigrationState(_Model):

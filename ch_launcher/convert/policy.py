@@ -1,0 +1,93 @@
+"""What the rest of KubeVirt requires of the launcher pod, checked last (pure).
+
+Some VMI features are served not by the launcher's Cmd API but by virt-handler or by executables
+in the compute container. A VMI that uses one must be refused here, or virt-handler would fail
+its reconcile (or the feature would silently not work) after admission. Read upstream at
+`kubevirt/kubevirt @d923fdb815cd`:
+
+- `pkg/hypervisor/kvm/runtime.go` (`AdjustResources`): for VMIs with VFIO devices (`hostDevices`,
+  `gpus`, `sriov` interfaces, `vmitrait.HasVFIO`), realtime, SEV/SNP (`util.IsSEVVMI`) or
+  `reservedOverhead.memLock: Required`, once the VMI runs virt-handler looks for a child process
+  named `qemu-system*`/`qemu-kvm` to raise its memlock limit and fails
+  `no QEMU process found under process <pid> child processes` without one.
+- same file (`HandleHousekeeping`): for `dedicatedCpuPlacement` on a VMI not yet running it looks
+  for the QEMU process (and its `kvm-pit` thread) and fails without one.
+  Making either work would mean disguising the VMM as QEMU, which we do not do.
+- probes (`pkg/virt-controller/services/rendercontainer.go`, `cmd/virt-probe`): `exec` and
+  `guestAgentPing` probes run `virt-probe`, which calls the launcher's `Exec`/`GuestPing`, both
+  of which need the QEMU guest agent on a virtio-serial channel that Cloud Hypervisor does not
+  have: the probe would always fail (a failing liveness probe kills the VM). HTTP and TCP probes
+  are run by the kubelet against the pod and work.
+- hook sidecars (`hooks.kubevirt.io/hookSidecars`): they rewrite libvirt domain XML, which this
+  launcher has none of.
+- `evictionStrategy: LiveMigrate` or `LiveMigrateIfPossible`: virt-handler marks a VMI
+  migratable from its spec alone (`pkg/virt-handler/vm.go`: `calculateLiveMigrationCondition`),
+  so an eviction turns into a migration this backend cannot do, retried while the drain blocks.
+  `None` and `External` are fine. (A cluster-wide default strategy is not visible in the VMI.)
+- Velero backup hooks (`pkg/storage/pod/annotations/generator.go`) run `/usr/bin/virt-freezer`
+  in the compute container on every launcher pod; it asks `GetGuestInfo`, finds no guest-agent
+  version and exits 0, so backups proceed crash-consistent. Nothing to refuse (the image must
+  ship virt-freezer, see docs/features.md).
+
+`VFIO_ALLOWED` is the one switch that lifts the VFIO refusal once virt-handler accepts a non-QEMU
+runtime (`network` and `devices` already translate VFIO devices).
+"""
+
+from __future__ import annotations
+
+from ch_launcher.convert.context import Translation
+from ch_launcher.convert.errors import Reason
+
+VFIO_ALLOWED = False
+HOOK_SIDECARS_ANNOTATION = "hooks.kubevirt.io/hookSidecars"
+_QEMU_PROCESS = "virt-handler then looks for a QEMU process and fails without one"
+
+
+def configure_policy(t: Translation) -> None:
+    """Refuse what virt-handler or the pod's tooling would fail on; never touches the config."""
+    spec = t.vmi.spec
+    domain = spec.domain
+    if not VFIO_ALLOWED:
+        for i, gpu in enumerate(domain.devices.gpus):
+            _refuse(t, f"spec.domain.devices.gpus[{i}]", f"GPU passthrough (VFIO): {_QEMU_PROCESS}")
+        for i, dev in enumerate(domain.devices.hostDevices):
+            _refuse(t, f"spec.domain.devices.hostDevices[{i}]", f"host device passthrough (VFIO): {_QEMU_PROCESS}")
+        for i, iface in enumerate(domain.devices.interfaces):
+            if iface.sriov is not None:
+                _refuse(t, f"spec.domain.devices.interfaces[{i}].sriov", f"SR-IOV (VFIO): {_QEMU_PROCESS}")
+    cpu = domain.cpu
+    if cpu is not None and cpu.dedicatedCpuPlacement:
+        _refuse(t, "spec.domain.cpu.dedicatedCpuPlacement",
+                f"dedicated CPUs: virt-handler pins QEMU's threads; {_QEMU_PROCESS}")
+    if cpu is not None and cpu.realtime is not None:
+        _refuse(t, "spec.domain.cpu.realtime", f"realtime vCPUs: {_QEMU_PROCESS}")
+    security = domain.launchSecurity
+    if security is not None:
+        for kind in ("sev", "snp"):
+            if getattr(security, kind) is not None:
+                _refuse(t, f"spec.domain.launchSecurity.{kind}", f"AMD {kind.upper()}: {_QEMU_PROCESS}")
+    memory = domain.memory
+    if memory is not None and memory.reservedOverhead is not None and memory.reservedOverhead.memLock == "Required":
+        _refuse(t, "spec.domain.memory.reservedOverhead.memLock", f"memLock Required: {_QEMU_PROCESS}")
+
+    for name, probe in (("livenessProbe", spec.livenessProbe), ("readinessProbe", spec.readinessProbe)):
+        if probe is None:
+            continue
+        for kind in ("exec", "guestAgentPing"):
+            if getattr(probe, kind) is not None:
+                _refuse(t, f"spec.{name}.{kind}", f"{kind} probes need the QEMU guest agent, which Cloud "
+                        f"Hypervisor cannot attach (no virtio-serial); use httpGet or tcpSocket")
+
+    if HOOK_SIDECARS_ANNOTATION in t.vmi.metadata.annotations:
+        _refuse(t, f"metadata.annotations[{HOOK_SIDECARS_ANNOTATION}]",
+                "hook sidecars rewrite libvirt domain XML, which the Cloud Hypervisor launcher does not use")
+    if spec.evictionStrategy in ("LiveMigrate", "LiveMigrateIfPossible"):
+        _refuse(t, "spec.evictionStrategy", f"{spec.evictionStrategy}: the Cloud Hypervisor backend cannot "
+                "migrate, so a node drain would block on failing migrations; use None or External")
+
+
+def _refuse(t: Translation, field: str, why: str, reason: Reason = "FieldValueNotSupported") -> None:
+    """One problem per field: an earlier configurator may already have refused it."""
+    if any(p.field == field or p.field.startswith(field + ".") for p in t.problems):
+        return
+    t.unsupported(field, f"{field} is not supported: {why}", reason)
