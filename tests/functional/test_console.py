@@ -1,5 +1,6 @@
-"""Serial console: real unix sockets between a stand-in for CH's serial socket, the launcher's
-bridge, and console clients (virt-handler's role)."""
+"""Serial console: real unix sockets between CH's serial socket (an in-test stand-in, then the
+simulated VMM as a real child process), the launcher's bridge, and console clients (virt-handler's
+role)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import contextlib
 import functools
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 
+from ch_launcher.ch.process import VmmProcess
 from ch_launcher.console import ConsoleError, SerialConsole
 
 BOOT_LOG = b"[    0.000000] Linux version 6.8\r\nWelcome\r\n\r\ntestvm login: "
@@ -249,3 +252,74 @@ async def test_console_start_fails_clearly_when_the_directory_cannot_be_made(soc
     with pytest.raises(ConsoleError, match="cannot serve the serial console"):
         await console.start()
     await console.close()
+
+
+# --- against the simulated VMM (tests/fakes/fake_cloud_hypervisor.py) as a real child process ---
+
+FAKE_CH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fakes",
+                       "fake_cloud_hypervisor.py")
+
+
+@pytest.fixture
+def booted_vmm(sockdir: str) -> Iterator[tuple[VmmProcess, str]]:
+    """A simulated VMM with a booted VM whose serial port is in Socket mode."""
+    firmware = os.path.join(sockdir, "hypervisor-fw")
+    with open(firmware, "wb") as f:
+        f.write(b"\0" * 4096)
+    serial = os.path.join(sockdir, "ch-serial.sock")
+    vmm = VmmProcess.spawn(FAKE_CH, api_socket=os.path.join(sockdir, "api.sock"),
+                           event_monitor=os.path.join(sockdir, "events"), log_file=os.path.join(sockdir, "ch.log"))
+    try:
+        vmm.wait_ready(10)
+        vmm.client.create({"cpus": {"boot_vcpus": 1, "max_vcpus": 1}, "memory": {"size": 256 << 20},
+                           "payload": {"firmware": firmware}, "serial": {"mode": "Socket", "socket": serial},
+                           "console": {"mode": "Off"}})
+        vmm.client.boot()
+        yield vmm, serial
+    finally:
+        vmm.terminate(2, 2)
+        vmm.close()
+
+
+@run
+async def test_console_of_the_simulated_vmm_logs_the_boot_and_echoes_input(
+        sockdir: str, booted_vmm: tuple[VmmProcess, str]) -> None:
+    vmm, serial = booted_vmm
+    console_path = os.path.join(sockdir, "uid", "virt-serial0")
+    log_path = os.path.join(sockdir, "uid", "virt-serial0-log")
+    console = SerialConsole(serial, console_path, log_path)
+    await console.start()
+    try:
+        await console.attach_vmm()
+        # CH (v53) buffered the boot output until we connected: nothing lost.
+        await wait_for(lambda: read_file(log_path).endswith(b"fake-guest login: "))
+        assert b"Linux version" in read_file(log_path)
+        reader, writer = await asyncio.open_unix_connection(console_path)
+        await wait_for(lambda: console.client_attached)
+        writer.write(b"root\r")
+        await read_until(reader, b"root\r\nfake-guest login: ")
+        writer.close()
+    finally:
+        await console.close()
+
+
+@run
+async def test_console_survives_a_guest_reboot_of_the_simulated_vmm(
+        sockdir: str, booted_vmm: tuple[VmmProcess, str]) -> None:
+    vmm, serial = booted_vmm
+    console_path = os.path.join(sockdir, "uid", "virt-serial0")
+    log_path = os.path.join(sockdir, "uid", "virt-serial0-log")
+    console = SerialConsole(serial, console_path, log_path)
+    await console.start()
+    try:
+        await console.attach_vmm()
+        reader, writer = await asyncio.open_unix_connection(console_path)
+        await wait_for(lambda: console.client_attached)
+        os.kill(vmm.pid, signal.SIGUSR2)  # the guest reboots: CH rebuilds the VM and its serial socket
+        await wait_for(lambda: not console.vmm_attached)
+        await console.attach_vmm()  # what the launcher does on the vm:rebooted event
+        await read_until(reader, b"Linux version")  # the same client sees the second boot
+        await wait_for(lambda: read_file(log_path).count(b"Linux version") == 2)
+        writer.close()
+    finally:
+        await console.close()
