@@ -47,6 +47,14 @@ class CreateSparseImage(Step):
     path: str
     size: int
     overwrite: bool = False
+    # False for images on a mounted volume (PVC, hostDisk): a missing directory means the volume
+    # is not mounted, and an image created there would silently land on the container's disk.
+    create_parent: bool = True
+    # KubeVirt's rule for PVC images (pkg/host-disk/host-disk.go@d923fdb815cd): when the volume has
+    # less free space (minus `reserve_bytes`) than `size`, use what is free if that is within
+    # `tolerate_less_space_percent` of `size`, else fail.
+    tolerate_less_space_percent: int = 0
+    reserve_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,28 @@ class BuildIso(Step):
     volume_label: str
     files: tuple[IsoFile, ...]
     source_dir: str | None = None  # also add every file of this directory (configMap, secret, ...)
+
+
+@dataclass(frozen=True)
+class BuildCloudInitIso(Step):
+    """A cloud-init data source ISO, as KubeVirt's pkg/cloud-init builds it: NoCloud (label
+    `cidata`: `user-data`, `meta-data`, `network-config`) or ConfigDrive (label `config-2`:
+    `openstack/latest/{user_data,meta_data.json,network_data.json}`).
+
+    User and network data are inline, or read at preparation from the first existing file of
+    `*_sources` (the Secret-mounted files of `secretRef`/`networkDataSecretRef`). `meta_data` is
+    the JSON object's fields in order; the SSH keys found in `ssh_key_dirs` (accessCredentials)
+    are added as `public-keys` (NoCloud) or `public_keys` (ConfigDrive).
+    """
+
+    path: str
+    data_source: str  # "noCloud" | "configDrive"
+    meta_data: tuple[tuple[str, str], ...]
+    user_data: bytes | None = None
+    user_data_sources: tuple[str, ...] = ()
+    network_data: bytes | None = None
+    network_data_sources: tuple[str, ...] = ()
+    ssh_key_dirs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

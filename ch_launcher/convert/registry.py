@@ -8,15 +8,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ch_launcher.convert.compute import configure_compute
+from ch_launcher.convert.console import configure_console
 from ch_launcher.convert.context import Translation
 from ch_launcher.convert.devices import configure_devices
+from ch_launcher.convert.firmware import configure_firmware
+from ch_launcher.convert.memory import configure_memory
 from ch_launcher.convert.network import configure_network
 from ch_launcher.convert.policy import configure_policy
+from ch_launcher.convert.storage import configure_storage
 
 CONFIGURATORS: list[Callable[[Translation], None]] = [
     # compute, firmware, storage, console, network, devices, memory, policy: listed here by
     # their modules as they land.
+    configure_compute,
+    configure_firmware,
+    configure_storage,
+    configure_console,
     configure_network,
     configure_devices,
+    configure_memory,
     configure_policy,
 ]

@@ -1,0 +1,156 @@
+"""Memory: guest size, hotplug, hugepages, shared memory and the balloon (pure).
+
+Runs after the device configurators, because a device may need guest memory shared
+(`Translation.need_shared_memory`).
+
+Guest size. `spec.domain.memory.guest`, else `resources.requests.memory`, else
+`resources.limits.memory`, else the hugepage size: KubeVirt's own defaulting order
+(`setGuestMemory`, kubevirt `pkg/defaults/defaults.go@d923fdb815cd`).
+
+Hotplug: virtio-mem. `maxGuest` becomes `hotplug_method: VirtioMem` with
+`hotplug_size = maxGuest - guest`. KubeVirt itself hot-plugs memory with a virtio-mem device
+(libvirt `<memory model='virtio-mem'>`), so guests that work there work here; virtio-mem is
+guest-driven, can also give memory back, and needs no ACPI memory-slot dance. ACPI hotplug in
+Cloud Hypervisor can only add memory, in DIMM-sized steps that stay forever. Cloud Hypervisor
+sizes the virtio-mem region in 128 MiB blocks (`VIRTIO_MEM_ALIGN_SIZE`,
+`virtio-devices/src/mem.rs@v53.0`), so the hotplug size is rounded down to that (and to the
+hugepage size), with a warning when that loses memory.
+
+Balloon: on unless `autoattachMemBalloon: false`, like KubeVirt (nil means attach). The balloon
+never inflates by itself (`size: 0`); it is there for free page reporting, which gives memory the
+guest freed back to the node: the density the add-on is for. Free page reporting follows
+KubeVirt's rule (`isFreePageReportingEnabled`, `pkg/virt-launcher/virtwrap/manager.go
+@d923fdb815cd`): off when the cluster disables it, for high-performance VMIs (dedicated CPUs,
+realtime, hugepages) and with the `kubevirt.io/free-page-reporting-disabled: "true"` annotation.
+"""
+
+from __future__ import annotations
+
+from ch_launcher.ch.vmconfig import BalloonConfig, MemoryConfig
+from ch_launcher.convert.context import Translation
+from ch_launcher.kubevirt.quantity import MiB, format_bytes, quantity_bytes
+from ch_launcher.kubevirt.vmi import Quantity
+
+VIRTIO_MEM_BLOCK = 128 * MiB
+PAGE_SIZE = 4096
+FREE_PAGE_REPORTING_DISABLED_ANNOTATION = "kubevirt.io/free-page-reporting-disabled"
+
+
+def _bytes(t: Translation, path: str, value: Quantity) -> int | None:
+    try:
+        n = quantity_bytes(value)
+    except ValueError as e:
+        t.unsupported(path, f"{path} '{value}' is not a valid quantity: {e}", "FieldValueInvalid")
+        return None
+    if n <= 0:
+        t.unsupported(path, f"{path} '{value}': must be greater than 0.", "FieldValueInvalid")
+        return None
+    return n
+
+
+def guest_memory(t: Translation) -> tuple[str, int] | None:
+    """(field path, bytes) of the guest's memory by KubeVirt's defaulting order, or None after
+    reporting why there is none."""
+    domain = t.vmi.spec.domain
+    mem = domain.memory
+    candidates: list[tuple[str, Quantity | None]] = [
+        ("spec.domain.memory.guest", mem.guest if mem else None),
+        ("spec.domain.resources.requests.memory", domain.resources.requests.get("memory")),
+        ("spec.domain.resources.limits.memory", domain.resources.limits.get("memory")),
+        ("spec.domain.memory.hugepages.pageSize", mem.hugepages.pageSize if mem and mem.hugepages else None),
+    ]
+    for path, value in candidates:
+        if value is not None and value != "":
+            n = _bytes(t, path, value)
+            return None if n is None else (path, n)
+    # KubeVirt's wording (vmi-create-admitter.go@d923fdb815cd), a cause without a field.
+    t.unsupported("", "no memory requested, at least one of 'spec.domain.memory.guest', "
+                  "'spec.domain.memory.hugepages.pageSize' or 'spec.domain.resources.requests.memory' "
+                  "must be set", "FieldValueRequired")
+    return None
+
+
+def configure_memory(t: Translation) -> None:
+    """Fill `memory` and `balloon`."""
+    found = guest_memory(t)
+    if found is None:
+        return
+    size_path, size = found
+    mem = t.vmi.spec.domain.memory
+    config = MemoryConfig(size=size)
+    page = _hugepages(t, config)
+    if page:
+        if size % page:
+            t.unsupported(size_path, f"{size_path} '{format_bytes(size)}' must be a multiple of "
+                          f"spec.domain.memory.hugepages.pageSize '{format_bytes(page)}'", "FieldValueInvalid")
+            return
+    elif size % PAGE_SIZE:
+        config.size = size = -(-size // PAGE_SIZE) * PAGE_SIZE  # whole pages; never less than asked
+    if mem is not None and mem.maxGuest is not None:
+        _hotplug(t, config, size, max(page, VIRTIO_MEM_BLOCK) if page else VIRTIO_MEM_BLOCK)
+    if mem is not None and mem.reservedOverhead is not None and mem.reservedOverhead.memLock == "Required":
+        # virt-handler raises memlock through a virtqemud/QEMU child and fails without one
+        # (contract.md §7.7, pkg/hypervisor/kvm/runtime.go@d923fdb815cd AdjustResources).
+        path = "spec.domain.memory.reservedOverhead.memLock"
+        t.unsupported(path, f"{path} 'Required' is not supported by the Cloud Hypervisor backend: virt-handler "
+                      "adjusts the memlock limit of a QEMU process, which this backend does not run")
+    if t.shared_memory_reasons and not page:
+        # Hugepages are already mapped shared; otherwise vhost-user and virtio-fs back-ends
+        # need guest RAM in a shared memfd (cloud-hypervisor.md §7.2).
+        config.shared = True
+    t.config.memory = config
+    _balloon(t, bool(page))
+
+
+def _hugepages(t: Translation, config: MemoryConfig) -> int:
+    mem = t.vmi.spec.domain.memory
+    if mem is None or mem.hugepages is None:
+        return 0
+    path = "spec.domain.memory.hugepages.pageSize"
+    if not mem.hugepages.pageSize:
+        t.unsupported(path, f"{path} is required when spec.domain.memory.hugepages is set", "FieldValueRequired")
+        return 0
+    page = _bytes(t, path, mem.hugepages.pageSize)
+    if page is None:
+        return 0
+    if page & (page - 1) or page < PAGE_SIZE:
+        t.unsupported(path, f"{path} '{mem.hugepages.pageSize}' must be a power of two of at least 4Ki",
+                      "FieldValueInvalid")
+        return 0
+    config.hugepages = True
+    config.hugepage_size = page
+    return page
+
+
+def _hotplug(t: Translation, config: MemoryConfig, size: int, block: int) -> None:
+    mem = t.vmi.spec.domain.memory
+    assert mem is not None and mem.maxGuest is not None
+    path = "spec.domain.memory.maxGuest"
+    maximum = _bytes(t, path, mem.maxGuest)
+    if maximum is None:
+        return
+    if maximum < size:
+        t.unsupported(path, f"{path} '{mem.maxGuest}' must be greater than or equal to the guest memory "
+                      f"'{format_bytes(size)}'", "FieldValueInvalid")
+        return
+    extra = maximum - size
+    hotplug = extra // block * block
+    if hotplug != extra:
+        t.warn(path, f"hot-pluggable memory rounded down to {format_bytes(hotplug)} "
+               f"(virtio-mem blocks of {format_bytes(block)})")
+    if hotplug:
+        config.hotplug_method = "VirtioMem"
+        config.hotplug_size = hotplug
+
+
+def _balloon(t: Translation, hugepages: bool) -> None:
+    vmi = t.vmi
+    if vmi.spec.domain.devices.autoattachMemBalloon is False:
+        return
+    cpu = vmi.spec.domain.cpu
+    high_performance = hugepages or (cpu is not None and (cpu.dedicatedCpuPlacement or cpu.realtime is not None))
+    reporting = not (t.options.free_page_reporting_disabled or high_performance
+                     or vmi.metadata.annotations.get(FREE_PAGE_REPORTING_DISABLED_ANNOTATION) == "true")
+    # deflate_on_oom: should anyone inflate the balloon, the guest takes memory back before it
+    # OOM-kills a process.
+    t.config.balloon = BalloonConfig(size=0, deflate_on_oom=True, free_page_reporting=reporting)
