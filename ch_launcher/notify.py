@@ -276,6 +276,7 @@ class Notifier:
             self._k8s.popleft()
         log.warning("virt-handler refused Kubernetes event %s %d times (%s); dropping it",
                     item.what, item.refusals, error)
+        self._failing_since = None  # the channel works; only this event was unwelcome
         return True
 
     def _note_failure(self, message: str) -> None:
