@@ -1,1 +1,824 @@
-"""Placeholder: being written (see the issues)."""
+"""The domain manager: one VM on one Cloud Hypervisor process, driven by virt-handler's commands.
+
+`DomainManager.execute(intent, vmi, ...)` looks up the steps of `lifecycle.decide()` and runs
+them under one asyncio lock, so commands never interleave. Blocking REST calls run in one worker
+thread (CH serves one request at a time anyway); translation and preparation run in another.
+
+What the manager observes becomes the Domain that virt-handler sees:
+- CH's event stream (a FIFO read with `add_reader`) and the VMM's exit (its pidfd, also with
+  `add_reader`) move the `VmState` (`lifecycle.state_after_event`, `lifecycle.down_reason`);
+- every change rebuilds the Domain JSON once; `domain_json` is what GetDomain answers (no lock,
+  no I/O), and each change is sent through the `EventSink` (virt-handler's Notify) in order:
+  ADDED for a freshly booted domain, MODIFIED afterwards, and a final MODIFIED with
+  `ObjectMeta.deletionTimestamp` when the VM is forgotten (contract §2.5, §10.4).
+
+Nothing here polls: while nothing happens the manager waits on file descriptors and events.
+
+Failure behaviour: a command that cannot do what it was asked raises `CommandFailed` with the
+text virt-handler shows (in-band `success=false`); anything else escaping is a bug. A VMM that
+dies under a live VM becomes Shutoff/Crashed (plus a K8s Warning event) and the manager keeps
+serving; the next Sync of a VMI that is not yet Running starts a new VMM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import functools
+import logging
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, TypeVar
+
+from ch_launcher import lifecycle, prepare
+from ch_launcher.ch.api import ChApiError, Conflict, VmNotCreated
+from ch_launcher.ch.events import Event, EventFifo, EventStreamParser, open_event_fifo
+from ch_launcher.ch.process import VmmProcess, VmmStartError
+from ch_launcher.console import ConsoleError, SerialConsole
+from ch_launcher.convert import LauncherEnv, LauncherOptions, Plan, PodFacts, UnsupportedFeatures, translate
+from ch_launcher.kubevirt.domain import (
+    DomainView, GracePeriod, LifeCycle, Reason, deleted_domain_view, domain_json, now_rfc3339,
+)
+from ch_launcher.kubevirt.vmi import VirtualMachineInstance
+from ch_launcher.lifecycle import Intent, Step, VmState
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+FINAL_PHASES = ("Running", "Succeeded", "Failed")  # vmi.IsRunning() || vmi.IsFinal()
+
+
+class CommandFailed(Exception):
+    """A command could not do what it was asked; `str(self)` is the in-band message."""
+
+
+class EventSink(Protocol):
+    """Where Domain and K8s events go (the Notify client, `ch_launcher.notify.Notifier`)."""
+
+    async def send_domain(self, domain_json: str, event_type: str = "MODIFIED") -> None: ...
+
+    async def send_k8s_event(self, *, type: str, reason: str, message: str,  # noqa: A002 (Event.type)
+                             namespace: str, name: str, uid: str) -> None: ...
+
+    async def flush(self, timeout: float) -> bool: ...
+
+
+@dataclass(frozen=True)
+class ManagerSettings:
+    """Where things live and how long to wait. Every path derives from the launcher's flags."""
+
+    env: LauncherEnv                      # directories (share, private, disks, firmware)
+    ch_binary: str = "/usr/bin/cloud-hypervisor"
+    name: str = ""                        # --name / --namespace / --uid: the VMI until a Sync says more
+    namespace: str = ""
+    uid: str = ""
+    vmm_dir: str = ""                     # VMM API socket, event FIFO, log; default <private-dir>/ch
+    vmm_start_timeout: float = 10.0
+    boot_timeout: float = 60.0            # PUT vm.boot (a large VM with prefault can take long)
+    prepare_timeout: float = 120.0
+    stop_timeout: float = 3.0             # each stage of vmm.shutdown -> SIGTERM -> SIGKILL
+    vmm_env: Mapping[str, str] | None = None  # None: the launcher's own environment
+
+    @property
+    def vmm_paths(self) -> tuple[str, str, str]:
+        d = self.vmm_dir or os.path.join(self.env.private_dir, "ch")
+        return os.path.join(d, "api.sock"), os.path.join(d, "events"), os.path.join(d, "ch.log")
+
+
+@dataclass
+class _Grace:
+    seconds: int = 30
+    deletion_timestamp: str | None = None
+    marked: bool | None = None
+
+    def view(self) -> GracePeriod:
+        return GracePeriod(self.seconds, self.deletion_timestamp, self.marked)
+
+
+@dataclass
+class _Vm:
+    """The mutable facts behind the Domain."""
+
+    state: VmState = VmState.UNDEFINED
+    user_paused: bool = False
+    down: Reason | None = None
+    soft_reboot: bool = False           # the next guest poweroff boots the VM again
+    killing: bool = False               # the launcher is stopping the current VMM
+    saw_shutdown: bool = False          # the current VMM announced vm:shutdown
+    panic_count: int = 0
+    grace: _Grace = field(default_factory=_Grace)
+
+
+class DomainManager:
+    """Runs one VM. Create, `await start()`, then call `execute()`; `await close()` at the end."""
+
+    def __init__(self, settings: ManagerSettings, sink: EventSink | None = None) -> None:
+        self.settings = settings
+        self._sink = sink
+        self._lock = asyncio.Lock()
+        self._busy_with: str = ""
+        self._ch = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ch-api")
+        self._work = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="prepare")
+        self._vm = _Vm()
+        self._vmi: VirtualMachineInstance | None = None
+        self._plan: Plan | None = None
+        self._options = LauncherOptions()
+        self._vmm: VmmProcess | None = None
+        self._fifo: EventFifo | None = None
+        self._parser = EventStreamParser()
+        self._console: SerialConsole | None = None
+        self._dhcp: Any = None
+        self._version: str | None = None
+        self._domain_json = ""
+        self._announced = False             # an ADDED was sent for the current domain
+        self._start_error: str | None = None  # a background start that failed, for the next Sync
+        self._outbox: collections.deque[tuple[str, Any]] = collections.deque()
+        self._outbox_ready = asyncio.Event()
+        self._outbox_empty = asyncio.Event()
+        self._outbox_empty.set()
+        self._pump_task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._changed = asyncio.Event()
+        self.booted_once = asyncio.Event()   # a VM booted at least once ("domain defined")
+        self.forgotten = asyncio.Event()     # the final deletion event has been queued
+        self._closed = False
+
+    # --- queries (no lock, no I/O) -------------------------------------------------------------
+
+    @property
+    def domain_json(self) -> str:
+        """The api.Domain JSON GetDomain answers; "" when there is no domain."""
+        return self._domain_json
+
+    @property
+    def state(self) -> VmState:
+        return self._vm.state
+
+    @property
+    def vmm_version(self) -> str | None:
+        """The VMM's version from `vmm.ping` ("53.0.0"), once a VMM has answered."""
+        return self._version
+
+    @property
+    def vmm_pid(self) -> int | None:
+        return self._vmm.pid if self._vmm is not None else None
+
+    async def domain_stats(self, timeout: float) -> str:
+        """stats.DomainStats JSON of the running VM, or "" when there is none (contract §12).
+        Counters the VMM cannot give within `timeout` are left out, never an error."""
+        import json
+
+        from ch_launcher.stats import domain_stats
+
+        vmm, plan, vmi = self._vmm, self._plan, self._vmi
+        if vmm is None or plan is None or vmi is None or self._vm.state not in (
+                VmState.RUNNING, VmState.PAUSED, VmState.PANICKED):
+            return ""
+        counters = None
+        try:
+            counters = await asyncio.wait_for(self._api(vmm.client.counters, timeout=timeout), timeout)
+        except (ChApiError, TimeoutError) as e:
+            log.info("vm.counters unavailable for stats: %s", e)
+        cfg = plan.config
+        stats = await asyncio.to_thread(functools.partial(
+            domain_stats, name=vmi.domain_name, uuid=_uuid(plan, vmi), counters=counters, vmm_pid=vmm.pid,
+            disks=tuple(plan.disks), interfaces=tuple(plan.interfaces),
+            vcpus=cfg.cpus.boot_vcpus if cfg.cpus else 1, memory_bytes=cfg.memory.size if cfg.memory else 0))
+        return json.dumps(stats, separators=(",", ":"))
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
+        """Wait (without polling) until `predicate()` holds after some change; False on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not predicate():
+            event = self._changed
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except TimeoutError:
+                return predicate()
+        return True
+
+    # --- life of the manager -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the event pump and, in the background, the VMM (so the first Sync finds it up).
+        A VMM that cannot start is logged here and reported by the first Sync."""
+        self._pump_task = asyncio.create_task(self._pump(), name="domain-events")
+        self._background(self._locked("start", self._ensure_vmm_quietly))
+
+    async def close(self) -> None:
+        """Stop the VMM (if any), the console, DHCP and the pump; release everything. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        vmm = self._vmm
+        if vmm is not None:
+            self._vm.killing = True
+            with contextlib.suppress(Exception):  # own thread: the REST worker may be stuck on a hung call
+                await asyncio.to_thread(vmm.terminate, self.settings.stop_timeout, self.settings.stop_timeout)
+            self._release_vmm(vmm)
+        await self._stop_console_and_dhcp()
+        if self._fifo is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(self._fifo.read_fd)
+            self._fifo.close()
+            self._fifo = None
+        if self._pump_task is not None:
+            self._pump_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump_task
+        self._ch.shutdown(wait=False, cancel_futures=True)
+        self._work.shutdown(wait=False, cancel_futures=True)
+
+    # --- commands ------------------------------------------------------------------------------
+
+    async def execute(self, intent: Intent, vmi: VirtualMachineInstance | None,
+                      options: LauncherOptions | None = None, *, budget: float = 18.0) -> str:
+        """Run `intent` and return a short description of what was done.
+
+        Raises CommandFailed with the in-band message. Never takes longer than `budget` seconds:
+        a command still waiting for the lock then is withdrawn (CommandFailed "busy"); one
+        already running keeps running in the background, and a Sync then answers success (the
+        boot goes on; its outcome arrives as Domain events, a failure also with the next Sync).
+        """
+        started = asyncio.Event()
+
+        async def run() -> str:
+            async with self._lock:
+                started.set()
+                self._busy_with = intent.value
+                try:
+                    return await self._run(intent, vmi, options)
+                finally:
+                    self._busy_with = ""
+
+        task = asyncio.create_task(run(), name=f"cmd-{intent.value}")
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), max(0.05, budget))
+        except TimeoutError:
+            if not started.is_set():
+                task.cancel()
+                raise CommandFailed(f"the launcher is busy with {self._busy_with or 'another command'}; "
+                                    f"{intent.value} was not started, try again") from None
+            self._adopt(task, intent)
+            if intent is Intent.SYNC:
+                return "still starting the VM in the background"
+            raise CommandFailed(f"{intent.value} is still in progress after {budget:.0f} s") from None
+
+    async def _run(self, intent: Intent, vmi: VirtualMachineInstance | None,
+                   options: LauncherOptions | None) -> str:
+        if vmi is not None and intent is Intent.SYNC:
+            vmi = self._complete_metadata(vmi)
+        if intent is Intent.SYNC and self._start_error is not None:
+            error, self._start_error = self._start_error, None
+            raise CommandFailed(error)  # reported once; the next Sync tries again
+        started = vmi is not None and vmi.status.phase in FINAL_PHASES
+        outcome = lifecycle.decide(intent, self._vm.state, user_paused=self._vm.user_paused,
+                                   vmi_started=started, acpi=_acpi_enabled(vmi or self._vmi))
+        if outcome.error:
+            raise CommandFailed(outcome.error)
+        for step in outcome.steps:
+            await self._step(step, vmi, options)
+        return ", ".join(s.value for s in outcome.steps) or "nothing to do"
+
+    async def mark_for_graceful_shutdown(self) -> None:
+        """SIGTERM: set GracePeriod.MarkedForGracefulShutdown (a MODIFIED event follows)."""
+        self._vm.grace.marked = True
+        self._publish()
+
+    # --- steps ---------------------------------------------------------------------------------
+
+    async def _step(self, step: Step, vmi: VirtualMachineInstance | None, options: LauncherOptions | None) -> None:
+        vm = self._vm
+        log.debug("step %s in state %s", step.value, vm.state.value)
+        if step is Step.REFRESH_GRACE:
+            assert vmi is not None
+            self._vmi = vmi
+            vm.grace.seconds = vmi.grace_period_seconds
+            self._publish()
+        elif step is Step.TRANSLATE:
+            assert vmi is not None
+            self._options = options or LauncherOptions()
+            self._plan = await self._translate(vmi, self._options)
+        elif step is Step.PREPARE:
+            await self._prepare()
+        elif step is Step.SPAWN:
+            await self._ensure_vmm()
+        elif step is Step.CREATE:
+            await self._create()
+        elif step is Step.BOOT:
+            await self._boot()
+        elif step is Step.REMEMBER_USER_PAUSE:
+            vm.user_paused = True
+        elif step is Step.FORGET_USER_PAUSE:
+            vm.user_paused = False
+        elif step is Step.PAUSE:
+            await self._vm_call("pause", lambda c: c.pause(), VmState.PAUSED, undo=lambda: setattr(vm, "user_paused", False))
+        elif step is Step.RESUME:
+            await self._vm_call("resume", lambda c: c.resume(), VmState.RUNNING)
+        elif step is Step.ARM_SOFT_REBOOT:
+            vm.soft_reboot = True
+        elif step is Step.DISARM_SOFT_REBOOT:
+            vm.soft_reboot = False
+        elif step is Step.POWER_BUTTON:
+            await self._vm_call("power-button", lambda c: c.power_button(), None,
+                                undo=lambda: setattr(vm, "soft_reboot", False))
+        elif step is Step.STAMP_DELETION:
+            if vm.grace.deletion_timestamp is None:
+                vm.grace.deletion_timestamp = now_rfc3339()
+                self._publish()
+        elif step is Step.REBOOT:
+            await self._vm_call("reboot", lambda c: c.reboot(), VmState.RUNNING)
+        elif step is Step.STOP_VMM:
+            await self._stop_vmm()
+        elif step is Step.FORGET_DOMAIN:
+            await self._forget()
+
+    async def _translate(self, vmi: VirtualMachineInstance, options: LauncherOptions) -> Plan:
+        env = replace(self.settings.env, pod=read_pod_facts())
+        try:
+            return await self._in_worker(translate, vmi, env, options)
+        except UnsupportedFeatures as e:
+            causes = "; ".join(_cause(p.field, p.message) for p in e.problems)
+            raise CommandFailed(f"the VMI cannot run on Cloud Hypervisor: {causes}") from None
+
+    async def _prepare(self) -> None:
+        assert self._plan is not None
+        try:
+            await self._in_worker(functools.partial(prepare.execute, self._plan,
+                                                    timeout=self.settings.prepare_timeout))
+        except prepare.PreparationError as e:
+            raise CommandFailed(f"preparing the VM failed: {_cause(e.field, e.message)}") from None
+        await self._start_console()
+        self._start_dhcp()
+
+    async def _ensure_vmm(self) -> VmmProcess:
+        vmm = self._vmm
+        if vmm is not None and vmm.poll() is None:
+            return vmm
+        if vmm is not None:
+            await self._vmm_gone(vmm)
+        api_socket, events, log_file = self.settings.vmm_paths
+        loop = asyncio.get_running_loop()
+        if self._fifo is None:
+            os.makedirs(os.path.dirname(api_socket), mode=0o700, exist_ok=True)
+            self._fifo = open_event_fifo(events)
+            loop.add_reader(self._fifo.read_fd, self._read_events)
+        self._read_events()
+        self._parser = EventStreamParser()  # a dead VMM may have left half an event behind
+        try:
+            vmm = await self._api(functools.partial(
+                VmmProcess.spawn, self.settings.ch_binary, api_socket=api_socket, event_monitor=events,
+                log_file=log_file, env=self.settings.vmm_env))
+        except VmmStartError as e:
+            raise CommandFailed(f"cannot start cloud-hypervisor: {e}") from None
+        self._vmm = vmm
+        self._vm.killing = self._vm.saw_shutdown = False
+        if vmm.pidfd is not None:
+            loop.add_reader(vmm.pidfd, self._on_vmm_exit, vmm)
+        try:
+            pong = await self._api(vmm.wait_ready, self.settings.vmm_start_timeout)
+        except VmmStartError as e:
+            self._vm.killing = True
+            await self._api(vmm.terminate, 1.0, 1.0)
+            await self._vmm_gone(vmm)
+            raise CommandFailed(f"cloud-hypervisor did not start: {e}") from None
+        self._version = pong.version
+        log.info("cloud-hypervisor %s is up (pid %d)", pong.version, vmm.pid)
+        return vmm
+
+    async def _ensure_vmm_quietly(self) -> None:
+        try:
+            await self._ensure_vmm()
+        except CommandFailed as e:
+            log.error("%s", e)
+
+    async def _create(self) -> None:
+        assert self._plan is not None and self._vmm is not None
+        client = self._vmm.client
+        for attempt in (1, 2):
+            try:
+                await self._api(client.create, self._plan.config)
+                return
+            except Conflict:
+                if attempt == 2:
+                    raise CommandFailed("cloud-hypervisor keeps a VM that cannot be replaced") from None
+                await self._api(client.delete)  # a config left by an earlier attempt: replace it
+            except ChApiError as e:
+                raise CommandFailed(f"cloud-hypervisor refused the VM configuration: {e}") from None
+
+    async def _boot(self) -> None:
+        assert self._vmm is not None and self._vmi is not None
+        client = self._vmm.client
+        try:
+            await self._api(client.boot, timeout=self.settings.boot_timeout)
+        except ChApiError as e:
+            with contextlib.suppress(ChApiError):
+                await self._api(client.delete)  # leave no half-made VM: the next Sync starts clean
+            message = f"booting the VM failed: {e}"
+            self._k8s_event("Warning", "BootFailed", message)
+            raise CommandFailed(message) from None
+        self._vm.down = None
+        self._set_state(VmState.RUNNING, force=True)
+        self.booted_once.set()
+        self._attach_console()
+
+    async def _vm_call(self, what: str, call: Callable[[Any], None], new_state: VmState | None,
+                       undo: Callable[[], None] | None = None) -> None:
+        vmm = self._vmm
+        if vmm is None:
+            raise CommandFailed(lifecycle.NOT_RUNNING)
+        try:
+            await self._api(call, vmm.client)
+        except ChApiError as e:
+            if undo is not None:
+                undo()
+            if isinstance(e, Conflict) and e.already_in_state():
+                return
+            if isinstance(e, VmNotCreated):
+                raise CommandFailed(lifecycle.DOMAIN_NOT_FOUND) from None
+            raise CommandFailed(f"{what} failed: {e}") from None
+        if new_state is not None:
+            self._set_state(new_state)  # the VMM's event that follows forces the notification
+
+    async def _stop_vmm(self) -> None:
+        vmm = self._vmm
+        if vmm is None:
+            return
+        self._vm.killing = True
+        await self._api(vmm.terminate, self.settings.stop_timeout, self.settings.stop_timeout)
+        await self._vmm_gone(vmm)
+
+    async def _forget(self) -> None:
+        vmi = self._vmi
+        await self._stop_console_and_dhcp()
+        self._vm = _Vm(grace=self._vm.grace, panic_count=self._vm.panic_count)
+        self._domain_json = ""
+        self._announced = False
+        if vmi is not None:
+            view = deleted_domain_view(vmi.metadata.name, vmi.metadata.namespace, vmi.metadata.uid,
+                                       now_rfc3339())
+            self._queue(("domain", (domain_json(view), "MODIFIED")))
+        self.forgotten.set()
+        self._bump()
+
+    # --- observations --------------------------------------------------------------------------
+
+    def _read_events(self) -> None:
+        fifo = self._fifo
+        if fifo is None:
+            return
+        try:
+            data = fifo.read_available()
+        except OSError:
+            return
+        if data:
+            for event in self._parser.feed(data):
+                self._on_event(event)
+
+    def _on_event(self, event: Event) -> None:
+        vm = self._vm
+        name = event.name
+        log.info("cloud-hypervisor event %s%s", name, f" {event.properties}" if event.properties else "")
+        if name == "vm:shutdown":
+            vm.saw_shutdown = True
+            if vm.soft_reboot and not vm.killing:
+                return  # the exit handler boots the VM again
+        new = lifecycle.state_after_event(vm.state, name)
+        if new is VmState.DOWN:
+            vm.down = lifecycle.down_reason(saw_shutdown=True, killing=vm.killing, state=vm.state)
+        if name == "vm:booted":
+            return  # every boot is ours: _boot() publishes once vm.boot has returned
+        if name == "guest:panic" and new is not None:
+            vm.panic_count += 1
+            self._k8s_event("Warning", "GuestPanicked", f"the guest kernel panicked ({event.properties or {}})")
+        if new is not None or name in lifecycle.NOTIFY_EVENTS:
+            self._set_state(new or vm.state, force=name in lifecycle.NOTIFY_EVENTS and new is None)
+        if name == "vm:rebooted":
+            self._attach_console()
+
+    def _on_vmm_exit(self, vmm: VmmProcess) -> None:
+        with contextlib.suppress(Exception):
+            asyncio.get_running_loop().remove_reader(vmm.pidfd)  # type: ignore[arg-type]
+        self._background(self._vmm_gone(vmm))
+
+    async def _vmm_gone(self, vmm: VmmProcess) -> None:
+        """The VMM exited (or was stopped): reap it, read its last events, update the Domain.
+        Idempotent per VMM."""
+        code = vmm.poll()
+        if code is None:  # another thread is reaping it (terminate): wait for that
+            code = await asyncio.to_thread(vmm.wait, 30.0)
+        if vmm is not self._vmm:
+            return
+        self._read_events()
+        self._release_vmm(vmm)
+        vm = self._vm
+        how = _describe_exit(code)
+        if vm.soft_reboot and vm.saw_shutdown and not vm.killing and vm.state in (VmState.RUNNING, VmState.PAUSED):
+            log.info("the guest shut down for a soft reboot; booting it again")
+            vm.soft_reboot = False
+            vm.user_paused = False
+            self._background(self._locked("SoftReboot", self._reboot_fresh))
+            return
+        if vm.state in (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED):
+            vm.down = lifecycle.down_reason(saw_shutdown=vm.saw_shutdown, killing=vm.killing, state=vm.state)
+            self._set_state(VmState.DOWN, force=True)
+            if vm.down in (Reason.CRASHED, Reason.PANICKED):
+                tail = vmm.log_tail(5)
+                message = f"cloud-hypervisor (pid {vmm.pid}) {how} while the VM was running"
+                log.error("%s; last lines of its log:\n%s", message, tail)
+                self._k8s_event("Warning", "VMMCrashed", message)
+        elif not vm.killing and not self._closed:
+            log.warning("cloud-hypervisor (pid %d) %s", vmm.pid, how)
+        if vm.state is VmState.DOWN:
+            log.info("VM is down: %s", vm.down.value if vm.down else "?")
+        self._bump()
+
+    async def _reboot_fresh(self) -> None:
+        try:
+            await self._ensure_vmm()
+            await self._create()
+            await self._boot()
+        except CommandFailed as e:
+            log.error("soft reboot: %s", e)
+            self._vm.down = Reason.CRASHED
+            self._set_state(VmState.DOWN, force=True)
+
+    def _release_vmm(self, vmm: VmmProcess) -> None:
+        if vmm.pidfd is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(vmm.pidfd)
+        vmm.close()
+        if self._vmm is vmm:
+            self._vmm = None
+
+    # --- the Domain ----------------------------------------------------------------------------
+
+    def _set_state(self, state: VmState, *, force: bool = False) -> None:
+        self._vm.state = state
+        self._publish(force=force)
+
+    def _publish(self, *, force: bool = False) -> None:
+        """Rebuild the Domain JSON; send it when it changed (or `force`: a VMM event)."""
+        vm, vmi = self._vm, self._vmi
+        status = lifecycle.domain_status(vm.state, user_paused=vm.user_paused, down=vm.down)
+        text = "" if status is None or vmi is None or self._plan is None else domain_json(self._view(*status))
+        changed = text != self._domain_json
+        self._domain_json = text
+        if text and (changed or force):
+            kind = "MODIFIED" if self._announced else "ADDED"
+            self._announced = True
+            self._queue(("domain", (text, kind)))
+            log.info("domain %s: %s/%s", kind, status[0].value, status[1].value)  # type: ignore[index]
+        self._bump()
+
+    def _view(self, status: LifeCycle, reason: Reason) -> DomainView:
+        vmi, plan = self._vmi, self._plan
+        assert vmi is not None and plan is not None
+        cfg = plan.config
+        vcpus = cfg.cpus.boot_vcpus if cfg.cpus else 1
+        topo = cfg.cpus.topology if cfg.cpus else None
+        if topo is not None:
+            sockets, cores, threads = topo.packages, topo.cores_per_die * topo.dies_per_package, topo.threads_per_core
+        else:
+            sockets, cores, threads = vcpus, 1, 1  # KubeVirt's default: one socket per vCPU
+        memory = cfg.memory.size if cfg.memory else 0
+        payload = cfg.payload
+        bootloader = vmi.spec.domain.firmware.bootloader if vmi.spec.domain.firmware else None
+        return DomainView(
+            name=vmi.metadata.name, namespace=vmi.metadata.namespace, uid=vmi.metadata.uid,
+            status=status, reason=reason, grace=self._vm.grace.view(),
+            sockets=sockets, cores=cores, threads=threads, vcpus=vcpus, memory_bytes=memory,
+            disks=tuple(plan.disks), interfaces=tuple(plan.interfaces), acpi=_acpi_enabled(vmi),
+            uuid=_uuid(plan, vmi), machine=vmi.spec.domain.machine.type if vmi.spec.domain.machine else "",
+            firmware="efi" if bootloader is not None and bootloader.efi is not None else "",
+            kernel=(payload.kernel or "") if payload else "", initrd=(payload.initramfs or "") if payload else "",
+            kernel_args=(payload.cmdline or "") if payload else "", panic_count=self._vm.panic_count)
+
+    def _queue(self, item: tuple[str, Any]) -> None:
+        self._outbox.append(item)
+        self._outbox_empty.clear()
+        self._outbox_ready.set()
+
+    def _k8s_event(self, type_: str, reason: str, message: str) -> None:
+        vmi = self._vmi
+        if vmi is not None:
+            self._queue(("k8s", dict(type=type_, reason=reason, message=message, namespace=vmi.metadata.namespace,
+                                     name=vmi.metadata.name, uid=vmi.metadata.uid)))
+
+    async def _pump(self) -> None:
+        """Hand events to the sink one at a time, in the order they happened."""
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready.clear()
+            while self._outbox:
+                kind, payload = self._outbox.popleft()
+                if self._sink is None:
+                    continue
+                try:
+                    if kind == "domain":
+                        await self._sink.send_domain(*payload)
+                    else:
+                        await self._sink.send_k8s_event(**payload)
+                except Exception:  # noqa: BLE001 - a broken sink must not stop the VM's events
+                    log.exception("could not queue a %s event for virt-handler", kind)
+            self._outbox_empty.set()
+
+    async def flush_events(self, timeout: float) -> bool:
+        """Wait until every queued event went to virt-handler (or `timeout`); True if so."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            await asyncio.wait_for(self._outbox_empty.wait(), timeout)
+        except TimeoutError:
+            return False
+        if self._sink is None:
+            return True
+        return await self._sink.flush(max(0.0, deadline - loop.time()))
+
+    def _bump(self) -> None:
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    # --- console and DHCP ----------------------------------------------------------------------
+
+    async def _start_console(self) -> None:
+        plan, vmi = self._plan, self._vmi
+        if self._console is not None or plan is None or vmi is None or not plan.serial_socket:
+            return
+        vmi_dir = os.path.join(self.settings.env.private_dir, vmi.metadata.uid)
+        options_log = not self._options.serial_console_log_disabled
+        console = SerialConsole(plan.serial_socket, os.path.join(vmi_dir, "virt-serial0"),
+                                os.path.join(vmi_dir, "virt-serial0-log") if options_log else None)
+        try:
+            await console.start()
+        except ConsoleError as e:
+            raise CommandFailed(str(e)) from None
+        self._console = console
+
+    def _attach_console(self) -> None:
+        console = self._console
+        if console is None:
+            return
+
+        async def attach() -> None:
+            try:
+                await console.attach_vmm()
+            except ConsoleError as e:
+                log.warning("serial console: %s", e)
+
+        self._background(attach())
+
+    def _start_dhcp(self) -> None:
+        # DHCP for bridge/masquerade guests (H4, ch_launcher.dhcp.start_dhcp(plan, vmi, env) -> handle
+        # with .stop()). Call site kept here until that module offers it.
+        if self._dhcp is not None:
+            return
+        from ch_launcher import dhcp
+
+        start_dhcp = getattr(dhcp, "start_dhcp", None)
+        if start_dhcp is None or self._plan is None:
+            return
+        try:
+            self._dhcp = start_dhcp(self._plan, self._vmi, self.settings.env)
+        except Exception as e:  # noqa: BLE001 - the message goes back to virt-handler
+            raise CommandFailed(f"cannot serve DHCP to the guest: {e}") from None
+
+    async def _stop_console_and_dhcp(self) -> None:
+        console, self._console = self._console, None
+        if console is not None:
+            with contextlib.suppress(Exception):
+                await console.close()
+        dhcp, self._dhcp = self._dhcp, None
+        if dhcp is not None:
+            with contextlib.suppress(Exception):
+                dhcp.stop()
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    async def _api(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking VMM call in the one REST worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._ch, functools.partial(fn, *args, **kwargs))
+
+    async def _in_worker(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._work, functools.partial(fn, *args))
+
+    async def _locked(self, what: str, fn: Callable[[], Awaitable[None]]) -> None:
+        async with self._lock:
+            self._busy_with = what
+            try:
+                await fn()
+            finally:
+                self._busy_with = ""
+
+    def _background(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _adopt(self, task: asyncio.Task[Any], intent: Intent) -> None:
+        """A command that outlived its RPC: keep it, and remember a Sync's failure."""
+        def done(t: asyncio.Task[Any]) -> None:
+            if t.cancelled():
+                return
+            error = t.exception()
+            if isinstance(error, CommandFailed) and intent is Intent.SYNC:
+                self._start_error = str(error)
+                log.error("starting the VM failed in the background: %s", error)
+            elif error is not None:
+                log.error("%s failed in the background: %s", intent.value, error)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed", exc_info=task.exception())
+
+    def _complete_metadata(self, vmi: VirtualMachineInstance) -> VirtualMachineInstance:
+        """Fill a VMI's missing name/namespace/uid from the launcher's flags; the Domain needs them."""
+        meta = vmi.metadata
+        s = self.settings
+        if meta.uid and meta.name and meta.namespace:
+            return vmi
+        meta = meta.model_copy(update={"name": meta.name or s.name, "namespace": meta.namespace or s.namespace,
+                                       "uid": meta.uid or s.uid})
+        if not (meta.uid and meta.name and meta.namespace):
+            raise CommandFailed("the VMI has no metadata.name, metadata.namespace or metadata.uid, and the "
+                                "launcher's --name/--namespace/--uid do not say either")
+        return vmi.model_copy(update={"metadata": meta})
+
+
+def read_pod_facts(environ: Mapping[str, str] | None = None, sys_root: str = "/sys") -> PodFacts:
+    """What translation needs from the pod: environment, the container's cpuset, link MTUs."""
+    cpuset: tuple[int, ...] = ()
+    for path in (f"{sys_root}/fs/cgroup/cpuset.cpus.effective", f"{sys_root}/fs/cgroup/cpuset/cpuset.cpus"):
+        try:
+            with open(path) as f:
+                cpuset = parse_cpu_list(f.read())
+            break
+        except (OSError, ValueError):
+            continue
+    if not cpuset:
+        with contextlib.suppress(AttributeError, OSError):
+            cpuset = tuple(sorted(os.sched_getaffinity(0)))
+    mtus: dict[str, int] = {}
+    with contextlib.suppress(OSError):
+        for link in os.listdir(f"{sys_root}/class/net"):
+            with contextlib.suppress(OSError, ValueError), open(f"{sys_root}/class/net/{link}/mtu") as f:
+                mtus[link] = int(f.read().strip())
+    return PodFacts(environ=dict(os.environ if environ is None else environ), cpuset=cpuset, link_mtu=mtus)
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """"0-3,8,10-11" -> (0, 1, 2, 3, 8, 10, 11). Raises ValueError on anything else."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        first, last = int(lo), int(hi or lo)
+        if last < first:
+            raise ValueError(f"bad CPU range {part!r}")
+        cpus.update(range(first, last + 1))
+    return tuple(sorted(cpus))
+
+
+def _acpi_enabled(vmi: VirtualMachineInstance | None) -> bool:
+    """Cloud Hypervisor always gives x86 guests ACPI; only an explicit `acpi.enabled: false` says no."""
+    features = vmi.spec.domain.features if vmi is not None else None
+    return not (features is not None and features.acpi is not None and features.acpi.enabled is False)
+
+
+def _uuid(plan: Plan, vmi: VirtualMachineInstance) -> str:
+    platform = plan.config.platform
+    if platform is not None and platform.system_uuid:
+        return platform.system_uuid
+    firmware = vmi.spec.domain.firmware
+    return firmware.uuid if firmware is not None and firmware.uuid else ""
+
+
+def _cause(field_path: str, message: str) -> str:
+    return message if not field_path or field_path in message else f"{field_path}: {message}"
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        import signal
+
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"

@@ -1,1 +1,290 @@
-"""Placeholder: being written (see the issues)."""
+"""The command server: KubeVirt's `CmdInfo` + `Cmd` v1 on the launcher's unix socket (contract §2, §7.1).
+
+Each servicer method only decodes, calls the domain manager and encodes (KubeVirt's cmd-server
+habit). Failures go back in-band as `Response{success=false, message}` with a non-empty message;
+only bugs surface as gRPC errors. Every RPC answers inside virt-handler's deadline: the budget
+is the call's remaining time (or the contract's deadline when the client set none) minus a
+margin, and the manager never overruns it (a Sync whose boot takes longer answers and lets
+the boot finish in the background).
+
+Implemented: Info, Ping, SyncVirtualMachine, GetDomain, PauseVirtualMachine,
+UnpauseVirtualMachine, ShutdownVirtualMachine, KillVirtualMachine, DeleteVirtualMachine,
+ResetVirtualMachine, SoftRebootVirtualMachine, GetDomainStats, GetFilesystems ("[]"),
+GetGuestInfo ("{}"), GetUsers ("[]"), GetQemuVersion ("cloud-hypervisor <version>"),
+SignalTargetPodCleanup. Every other RPC answers `success=false` naming the RPC and why
+(`NOT_SERVED`).
+
+Readiness (§7.1): listen on `<share-dir>/sockets/launcher-init-sock` (a stale file is removed
+first), answer our own Ping, then rename the socket to `launcher-sock`. The listening socket is
+this process's, so virt-handler's SO_PEERCRED finds the launcher (§7.2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from ch_launcher._proto import kubevirt_cmd_info_pb2 as info_pb2
+from ch_launcher._proto import kubevirt_cmd_info_pb2_grpc as info_grpc
+from ch_launcher._proto import kubevirt_cmd_v1_pb2 as pb
+from ch_launcher._proto import kubevirt_cmd_v1_pb2_grpc as cmd_grpc
+from ch_launcher.convert import LauncherOptions, SMBios
+from ch_launcher.kubevirt.vmi import InvalidVMI, VirtualMachineInstance, parse_vmi
+from ch_launcher.lifecycle import Intent
+from ch_launcher.manager import CommandFailed, DomainManager
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_CMD_VERSIONS = [1]  # pkg/handler-launcher-com/cmd/v1/version.go: CmdVersion = 1
+INIT_SOCKET = "launcher-init-sock"
+READY_SOCKET = "launcher-sock"
+INVALID_VMI = "No valid vmi object present in command server request"  # the Go launcher's text
+SHORT, LONG = 5.0, 20.0  # virt-handler's shortTimeout / longTimeout (cmd-client/client.go)
+
+_BACKEND = "the Cloud Hypervisor backend"
+_NO_AGENT = "Cloud Hypervisor has no QEMU guest agent channel, so there is no guest agent to ask"
+_NO_MIGRATION = f"live migration is not supported by {_BACKEND} yet"
+_NO_SEV = f"AMD SEV is not supported by {_BACKEND}"
+_NO_BACKUP = f"backups (changed block tracking) are not supported by {_BACKEND}"
+
+# RPC -> (response type, why it is not served). Each answers success=false, never UNIMPLEMENTED,
+# so virt-handler's error reads "command <Name> failed: "<RPC> is not supported ...: <why>"".
+NOT_SERVED: dict[str, tuple[type, str]] = {
+    "FreezeVirtualMachine": (pb.Response, f"filesystem freeze needs a guest agent; {_NO_AGENT}"),
+    "UnfreezeVirtualMachine": (pb.Response, f"filesystem thaw needs a guest agent; {_NO_AGENT}"),
+    "MigrateVirtualMachine": (pb.Response, _NO_MIGRATION),
+    "SyncMigrationTarget": (pb.Response, _NO_MIGRATION),
+    "CancelVirtualMachineMigration": (pb.Response, _NO_MIGRATION),
+    "FinalizeVirtualMachineMigration": (pb.Response, _NO_MIGRATION),
+    "HotplugHostDevices": (pb.Response, f"host devices (VFIO, SR-IOV) are not supported by {_BACKEND}"),
+    "VirtualMachineMemoryDump": (pb.Response, "memory dumps are not supported: Cloud Hypervisor's vm.coredump "
+                                              "exists only in guest_debug builds"),
+    "SyncVirtualMachineCPUs": (pb.Response, f"vCPU hotplug is not supported by {_BACKEND} yet"),
+    "SyncVirtualMachineMemory": (pb.Response, f"memory hotplug is not supported by {_BACKEND} yet"),
+    "GetSEVInfo": (pb.SEVInfoResponse, _NO_SEV),
+    "GetLaunchMeasurement": (pb.LaunchMeasurementResponse, _NO_SEV),
+    "InjectLaunchSecret": (pb.Response, _NO_SEV),
+    "GetDomainDirtyRateStats": (pb.DirtyRateStatsResponse, "Cloud Hypervisor does not measure the dirty-page rate"),
+    "GetScreenshot": (pb.ScreenshotResponse, "Cloud Hypervisor has no graphics device (no VNC), so there is no "
+                                             "screen to capture"),
+    "BackupVirtualMachine": (pb.Response, _NO_BACKUP),
+    "RedefineCheckpoint": (pb.RedefineCheckpointResponse, _NO_BACKUP),
+    "GetVMStats": (pb.VMStatsResponse, "the VMStatsCollector call is not served; GetDomainStats serves the metrics"),
+    "Exec": (pb.ExecResponse, _NO_AGENT),
+    "GuestPing": (pb.GuestPingResponse, _NO_AGENT),
+}
+
+# Cmd RPC -> (intent, deadline virt-handler sets)
+COMMANDS: dict[str, Intent] = {
+    "SyncVirtualMachine": Intent.SYNC,
+    "PauseVirtualMachine": Intent.PAUSE,
+    "UnpauseVirtualMachine": Intent.UNPAUSE,
+    "ShutdownVirtualMachine": Intent.SHUTDOWN,
+    "KillVirtualMachine": Intent.KILL,
+    "DeleteVirtualMachine": Intent.DELETE,
+    "ResetVirtualMachine": Intent.RESET,
+    "SoftRebootVirtualMachine": Intent.SOFT_REBOOT,
+}
+
+
+def budget(context: grpc.aio.ServicerContext, default: float) -> float:
+    """Seconds a handler may take: the call's remaining time (the contract's deadline if the
+    client set none), less a margin for encoding and transport."""
+    remaining = context.time_remaining()
+    limit = default if remaining is None else min(remaining, default)
+    return max(0.05, limit - min(1.5, 0.1 * limit + 0.2))
+
+
+def failure(message: str) -> pb.Response:
+    return pb.Response(success=False, message=message or "failed (no detail)")
+
+
+def launcher_options(options: pb.VirtualMachineOptions) -> LauncherOptions:
+    """The parts of `VirtualMachineOptions` translation uses."""
+    sm = options.VirtualMachineSMBios
+    return LauncherOptions(
+        smbios=SMBios(manufacturer=sm.manufacturer, product=sm.product, version=sm.version, sku=sm.sku,
+                      family=sm.family),
+        interface_domain_attachment=dict(options.interfaceDomainAttachment),
+        preallocated_volumes=tuple(options.PreallocatedVolumes),
+        serial_console_log_disabled=options.clusterConfig.SerialConsoleLogDisabled,
+        free_page_reporting_disabled=options.clusterConfig.FreePageReportingDisabled,
+    )
+
+
+def decode_vmi(payload: bytes) -> VirtualMachineInstance:
+    """The VMI of a request; raises CommandFailed with the Go launcher's text (details logged)."""
+    try:
+        return parse_vmi(payload)
+    except InvalidVMI as e:
+        log.error("%s: %s", INVALID_VMI, e)
+        raise CommandFailed(INVALID_VMI) from None
+
+
+class CmdInfoServicer(info_grpc.CmdInfoServicer):
+    async def Info(self, request: info_pb2.CmdInfoRequest, context: Any) -> info_pb2.CmdInfoResponse:  # noqa: N802
+        return info_pb2.CmdInfoResponse(supportedCmdVersions=SUPPORTED_CMD_VERSIONS)
+
+
+class CmdServicer(cmd_grpc.CmdServicer):
+    """kubevirt.cmd.v1.Cmd over a `DomainManager`."""
+
+    def __init__(self, manager: DomainManager, *, on_early_exit: Callable[[], None] | None = None) -> None:
+        self._manager = manager
+        self._on_early_exit = on_early_exit
+
+    async def _command(self, rpc: str, request: pb.VMIRequest, context: Any) -> pb.Response:
+        intent = COMMANDS[rpc]
+        started = time.monotonic()
+        try:
+            vmi = decode_vmi(request.vmi.vmiJson)
+            options = launcher_options(request.options) if intent is Intent.SYNC else None
+            done = await self._manager.execute(intent, vmi, options, budget=budget(context, LONG))
+        except CommandFailed as e:
+            log.warning("%s failed: %s", rpc, e)
+            return failure(str(e))
+        log.info("%s: %s (%.0f ms)", rpc, done, (time.monotonic() - started) * 1000,
+                 extra={"v": 2 if intent is not Intent.SYNC else 3})
+        return pb.Response(success=True)
+
+    async def SyncVirtualMachine(self, request, context):  # noqa: N802
+        return await self._command("SyncVirtualMachine", request, context)
+
+    async def PauseVirtualMachine(self, request, context):  # noqa: N802
+        return await self._command("PauseVirtualMachine", request, context)
+
+    async def UnpauseVirtualMachine(self, request, context):  # noqa: N802
+        return await self._command("UnpauseVirtualMachine", request, context)
+
+    async def ShutdownVirtualMachine(self, request, context):  # noqa: N802
+        return await self._command("ShutdownVirtualMachine", request, context)
+
+    async def KillVirtualMachine(self, request, context):  # noqa: N802
+        return await self._command("KillVirtualMachine", request, context)
+
+    async def DeleteVirtualMachine(self, request, context):  # noqa: N802
+        return await self._command("DeleteVirtualMachine", request, context)
+
+    async def ResetVirtualMachine(self, request, context):  # noqa: N802
+        return await self._command("ResetVirtualMachine", request, context)
+
+    async def SoftRebootVirtualMachine(self, request, context):  # noqa: N802
+        return await self._command("SoftRebootVirtualMachine", request, context)
+
+    async def Ping(self, request, context):  # noqa: N802
+        return pb.Response(success=True)
+
+    async def GetDomain(self, request, context):  # noqa: N802
+        return pb.DomainResponse(response=pb.Response(success=True), domain=self._manager.domain_json)
+
+    async def GetDomainStats(self, request, context):  # noqa: N802
+        stats = await self._manager.domain_stats(timeout=budget(context, SHORT) * 0.8)
+        return pb.DomainStatsResponse(response=pb.Response(success=True), domainStats=stats)
+
+    async def GetFilesystems(self, request, context):  # noqa: N802
+        # Must succeed, or virt-handler drops the VMI's metrics (contract §12). No agent: no list.
+        return pb.GuestFilesystemsResponse(response=pb.Response(success=True), guestFilesystemsResponse="[]")
+
+    async def GetGuestInfo(self, request, context):  # noqa: N802
+        return pb.GuestInfoResponse(response=pb.Response(success=True), guestInfoResponse="{}")
+
+    async def GetUsers(self, request, context):  # noqa: N802
+        return pb.GuestUserListResponse(response=pb.Response(success=True), guestUserListResponse="[]")
+
+    async def GetQemuVersion(self, request, context):  # noqa: N802
+        # Honest: the hypervisor is Cloud Hypervisor, so say its version, not a QEMU one.
+        version = self._manager.vmm_version
+        if not version:
+            return pb.QemuVersionResponse(response=failure(
+                "GetQemuVersion: the Cloud Hypervisor version is not known yet: no VMM has answered"))
+        return pb.QemuVersionResponse(response=pb.Response(success=True), version=f"cloud-hypervisor {version}")
+
+    async def SignalTargetPodCleanup(self, request, context):  # noqa: N802
+        # Meant for a migration target pod; this backend never is one, but honour the contract:
+        # if POD_NAME is the VMI's migration target pod, the launcher exits early.
+        try:
+            vmi = decode_vmi(request.vmi.vmiJson)
+        except CommandFailed as e:
+            return failure(str(e))
+        target = vmi.status.migrationState.targetPod if vmi.status.migrationState else ""
+        pod = os.environ.get("POD_NAME", "")
+        if pod and target == pod and self._on_early_exit is not None:
+            log.info("SignalTargetPodCleanup: this pod (%s) is the migration target; exiting early", pod)
+            self._on_early_exit()
+        return pb.Response(success=True)
+
+
+def _not_served(rpc: str, response_type: type, why: str) -> Callable[..., Any]:
+    message = f"{rpc} is not supported by {_BACKEND}: {why}"
+
+    async def handler(self: CmdServicer, request: Any, context: Any) -> Any:
+        log.info("%s refused: %s", rpc, why)
+        if response_type is pb.Response:
+            return failure(message)
+        return response_type(response=failure(message))
+
+    handler.__name__ = rpc
+    return handler
+
+
+for _rpc, (_type, _why) in NOT_SERVED.items():
+    setattr(CmdServicer, _rpc, _not_served(_rpc, _type, _why))
+
+
+class LauncherServer:
+    """The gRPC server on the command socket. `await start()` returns once `launcher-sock`
+    exists (ready); `await stop()` ends it."""
+
+    def __init__(self, manager: DomainManager, sockets_dir: str, *,
+                 on_early_exit: Callable[[], None] | None = None) -> None:
+        self.sockets_dir = sockets_dir
+        self.init_socket = os.path.join(sockets_dir, INIT_SOCKET)
+        self.ready_socket = os.path.join(sockets_dir, READY_SOCKET)
+        self._server = grpc.aio.server(options=[("grpc.max_receive_message_length", 4 << 20)])
+        info_grpc.add_CmdInfoServicer_to_server(CmdInfoServicer(), self._server)
+        cmd_grpc.add_CmdServicer_to_server(CmdServicer(manager, on_early_exit=on_early_exit), self._server)
+
+    async def start(self, ready_timeout: float = 15.0) -> None:
+        """Listen, self-Ping (up to `ready_timeout` s, as the Go launcher), then rename to
+        `launcher-sock`. Raises RuntimeError with the reason when any of it fails."""
+        os.makedirs(self.sockets_dir, exist_ok=True)
+        if len(self.init_socket.encode()) > 107:
+            raise RuntimeError(f"command socket path {self.init_socket} is longer than 107 bytes")
+        for stale in (self.init_socket, self.ready_socket):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(stale)
+        if self._server.add_insecure_port(f"unix:{self.init_socket}") == 0:
+            raise RuntimeError(f"cannot listen on {self.init_socket}")
+        await self._server.start()
+        await self._self_ping(ready_timeout)
+        os.rename(self.init_socket, self.ready_socket)
+        log.info("command server ready on %s", self.ready_socket)
+
+    async def _self_ping(self, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        async with grpc.aio.insecure_channel(f"unix:{self.init_socket}") as channel:
+            stub = cmd_grpc.CmdStub(channel)
+            while True:
+                try:
+                    reply = await stub.Ping(pb.EmptyRequest(), timeout=max(0.1, min(1.0, deadline - loop.time())))
+                    if reply.success:
+                        return
+                except grpc.aio.AioRpcError as e:
+                    if loop.time() >= deadline:
+                        raise RuntimeError(f"the command server did not answer its own Ping on "
+                                           f"{self.init_socket} within {timeout:g} s: {e.details()}") from None
+                await asyncio.sleep(0.05)
+
+    async def stop(self, grace: float | None = 1.0) -> None:
+        await self._server.stop(grace)
+        for path in (self.ready_socket, self.init_socket):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
