@@ -1,0 +1,163 @@
+"""The Containerfile cannot be built here (no container engine); what can be checked, is:
+targets, every path it copies, the commands it runs and installs, the pinned downloads, and that
+the images it builds are the ones the manifests and the configuration refer to."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+import pytest
+import yaml
+
+from admission.config import EXAMPLE, load_config
+from ch_launcher.convert.context import LauncherEnv
+from ch_launcher.manager import ManagerSettings
+from tests.manifests.containerfile import copy_sources, parse
+from tests.manifests.render import REPO, one
+
+CONTAINERFILE = parse((REPO / "Containerfile").read_text())
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+SCRIPTS = PYPROJECT["project"]["scripts"]
+VERSION = PYPROJECT["project"]["version"]
+# Programs ch-launcher might run, and the Debian package that provides each (the Makefile's
+# SYSTEM_TOOLS uses the same packages for the tests).
+TOOL_PACKAGES = {"dnsmasq": "dnsmasq-base", "qemu-img": "qemu-utils", "busybox": "busybox", "udhcpc": "busybox",
+                 "ip": "iproute2", "virtiofsd": "virtiofsd", "nft": "nftables", "iptables": "iptables"}
+# The firmware files the launcher looks for in --firmware-dir (DESIGN.md).
+FIRMWARE_FILES = ("hypervisor-fw", "CLOUDHV.fd")
+
+
+def built_images() -> dict[str, str]:
+    """target -> image tag, from the build commands in the Containerfile's header."""
+    found = re.findall(r"--target\s+(\S+)\s+-t\s+(\S+)", CONTAINERFILE.header)
+    return dict(found)
+
+
+def test_there_is_a_launcher_and_an_admission_target():
+    assert {"launcher", "admission"} <= set(CONTAINERFILE.stages)
+    assert set(built_images()) == {"launcher", "admission"}
+
+
+def test_every_copied_path_exists_in_the_repository_or_an_earlier_stage():
+    seen = []
+    for stage in CONTAINERFILE.stages.values():
+        for rest in stage.all("COPY"):
+            sources, _dest, from_stage = copy_sources(rest)
+            if from_stage:
+                assert from_stage in seen, f"{stage.name}: COPY --from={from_stage} before that stage"
+                continue
+            for src in sources:
+                assert (REPO / src).exists(), f"{stage.name}: COPY {src}: not in the repository"
+        seen.append(stage.name)
+
+
+def test_the_package_is_built_from_everything_it_needs():
+    """pip builds the wheel from pyproject.toml, the README it names, and the packages it finds."""
+    (build,) = [s for s in CONTAINERFILE.stages.values() if "pip install" in s.run_text() and " ." in s.run_text()]
+    copied = {src.rstrip("/") for rest in build.all("COPY") for src in copy_sources(rest)[0]}
+    assert {"pyproject.toml", PYPROJECT["project"]["readme"]} <= copied
+    packages = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert {p.rstrip("*") for p in packages} <= copied
+
+
+@pytest.mark.parametrize("target,script", [("launcher", "ch-launcher"), ("admission", "ch-admission")])
+def test_each_image_runs_its_console_script_from_usr_bin(target, script):
+    assert script in SCRIPTS, f"pyproject.toml has no console script {script}"
+    stage = CONTAINERFILE.stage(target)
+    assert f"ln -s /opt/kubevirt-ch/bin/{script} /usr/bin/{script}" in stage.run_text()
+    assert stage.exec_form("ENTRYPOINT") == [f"/usr/bin/{script}"]
+    # the virtualenv that holds the script is the one both targets start from
+    assert stage.base == "python-runtime"
+    assert "python -m venv /opt/kubevirt-ch" in CONTAINERFILE.stage("python-build").run_text()
+
+
+def test_the_launcher_image_and_command_are_the_ones_the_pod_mutator_configures(default_install):
+    config = load_config(EXAMPLE)
+    assert built_images()["launcher"] == config.launcher.image
+    assert config.launcher.command == CONTAINERFILE.stage("launcher").exec_form("ENTRYPOINT")
+    configmap = one(default_install, "ConfigMap", "ch-admission-config")
+    assert yaml.safe_load(configmap["data"]["config.yaml"])["launcher"]["image"] == built_images()["launcher"]
+
+
+def test_the_admission_image_and_command_are_the_ones_the_deployment_runs(default_install, cert_manager_install):
+    for objects in (default_install, cert_manager_install):
+        (c,) = one(objects, "Deployment", "ch-admission")["spec"]["template"]["spec"]["containers"]
+        assert c["image"] == built_images()["admission"]
+        assert c["command"] == CONTAINERFILE.stage("admission").exec_form("ENTRYPOINT")
+
+
+def test_images_are_tagged_with_the_package_version():
+    for image in built_images().values():
+        assert image.startswith("ghcr.io/kubevirt-ch/")
+        assert image.endswith(f":v{VERSION}"), image
+
+
+DOWNLOADS = [  # (version ARG, sha256 ARG, URL fragment, where it lands in the image)
+    ("CLOUD_HYPERVISOR_VERSION", "CLOUD_HYPERVISOR_SHA256",
+     "cloud-hypervisor/cloud-hypervisor/releases/download/${CLOUD_HYPERVISOR_VERSION}/cloud-hypervisor-static",
+     "/usr/bin/cloud-hypervisor"),
+    ("HYPERVISOR_FW_VERSION", "HYPERVISOR_FW_SHA256",
+     "cloud-hypervisor/rust-hypervisor-firmware/releases/download/${HYPERVISOR_FW_VERSION}/hypervisor-fw",
+     "/usr/share/cloud-hypervisor/hypervisor-fw"),
+    ("EDK2_VERSION", "EDK2_SHA256",
+     "cloud-hypervisor/edk2/releases/download/${EDK2_VERSION}/CLOUDHV.fd",
+     "/usr/share/cloud-hypervisor/CLOUDHV.fd"),
+]
+
+
+@pytest.mark.parametrize("version_arg,sha_arg,url,dest", DOWNLOADS)
+def test_every_download_is_pinned_by_version_and_checked_by_sha256(version_arg, sha_arg, url, dest):
+    (stage,) = [s for s in CONTAINERFILE.stages.values() if version_arg in s.args]
+    assert stage.args[version_arg], f"{version_arg} has no default"
+    assert re.fullmatch(r"[0-9a-f]{64}", stage.args[sha_arg]), f"{sha_arg} is not a sha256"
+    run = stage.run_text()
+    # fetch DEST URL SHA: each download names its destination, its URL and its checksum together
+    m = re.search(r"fetch\s+/out" + re.escape(dest) + r"\s+\"https://github\.com/([^\"]+)\"\s+\"\$\{(\w+)\}\"", run)
+    assert m, f"no fetch of {dest}"
+    assert m.group(1) == url and m.group(2) == sha_arg
+    assert "sha256sum --check" in run
+
+
+def test_the_vmm_and_firmware_land_where_the_launcher_looks_for_them():
+    assert ManagerSettings.__dataclass_fields__["ch_binary"].default == "/usr/bin/cloud-hypervisor"
+    firmware_dir = LauncherEnv().firmware_dir
+    dests = {d for *_rest, d in DOWNLOADS}
+    assert "/usr/bin/cloud-hypervisor" in dests
+    assert {f"{firmware_dir}/{name}" for name in FIRMWARE_FILES} <= dests
+    launcher = CONTAINERFILE.stage("launcher")
+    assert any(copy_sources(rest) == (["/out/"], "/", "vmm-assets") for rest in launcher.all("COPY"))
+
+
+def test_the_launcher_image_installs_exactly_the_programs_the_launcher_runs():
+    """A program the launcher runs is named as a string literal in its source ("dnsmasq",
+    "/usr/sbin/dnsmasq"); its Debian package must be in the image, and nothing else."""
+    source = "\n".join(p.read_text() for p in (REPO / "ch_launcher").rglob("*.py"))
+    used = {tool for tool in TOOL_PACKAGES
+            if re.search(r"""["'](?:/[\w/]*/)?""" + re.escape(tool) + r"""["']""", source)}
+    launcher_run = CONTAINERFILE.stage("launcher").run_text()
+    m = re.search(r"apt-get install -y --no-install-recommends ([^&]+)", launcher_run)
+    installed = set(m.group(1).split()) if m else set()
+    assert installed == {TOOL_PACKAGES[t] for t in used}, (
+        f"the launcher runs {sorted(used) or 'no external program'}; the launcher image installs {sorted(installed)}")
+
+
+def test_the_packages_match_what_the_tests_install():
+    makefile = (REPO / "Makefile").read_text()
+    pairs = dict(p.split(":") for p in re.search(r"SYSTEM_TOOLS\s*:=\s*(.*)", makefile).group(1).split())
+    for tool, package in pairs.items():
+        if tool in TOOL_PACKAGES:
+            assert TOOL_PACKAGES[tool] == package, tool
+
+
+def test_both_images_run_as_non_root(default_install):
+    launcher_user = CONTAINERFILE.stage("launcher").all("USER")[-1]
+    assert launcher_user == "107:107"  # virt-launcher's non-root uid/gid (contract.md §8)
+    admission_user = CONTAINERFILE.stage("admission").all("USER")[-1]
+    pod = one(default_install, "Deployment", "ch-admission")["spec"]["template"]["spec"]
+    assert admission_user == f"{pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}"
+
+
+def test_the_launcher_image_keeps_var_run_a_symlink_to_run():
+    """KubeVirt's sockets live under /var/run; virt-handler reaches them as /run as well."""
+    assert "test -L /var/run" in CONTAINERFILE.stage("launcher").run_text()
