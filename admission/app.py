@@ -1,0 +1,364 @@
+"""The `ch-admission serve` HTTPS server: one aiohttp application on one asyncio loop.
+
+Why aiohttp (docs/admission.md): already a dependency, one asyncio server with stdlib `ssl`
+(so the certificate can be swapped per connection, `tls.py`), a request body limit built in
+(`client_max_size`), and fast enough (bench/admission.py).
+
+Paths (DESIGN.md): `POST /validate`, `POST /mutate-pod`, `GET /healthz`, `GET /readyz`,
+`GET /metrics`. Deciding is pure (`rules.py`, `mutate.py`); this module only reads bodies,
+does the API calls in a thread pool, and answers. A body that is not an AdmissionReview is
+answered at once with its HTTP status and a `metav1.Status` naming the problem: 415 (not
+`application/json`), 413 (over `MAX_BODY`, without reading it), 408 (body not received within
+`BODY_TIMEOUT`), 400 (not JSON / not an AdmissionReview v1 request). An unexpected exception
+in a handler becomes a 500 with its message; the server itself keeps serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from admission import mutate, rules
+from admission.cluster import KubeVirtStatus
+from admission.config import Config, ConfigError, load_config
+from admission.kube import KubeClient, KubeError
+from admission.review import ReviewError, http_error_status, is_json_content_type, parse_review
+from admission.tls import ReloadingTLS, TLSFilesError
+
+log = logging.getLogger("admission")
+
+MAX_BODY = 3 * 1024 * 1024 + 64 * 1024  # the API server sends at most ~3 MiB objects, plus the envelope
+BODY_TIMEOUT = 10.0  # seconds to receive a body once the headers are in
+KUBEVIRT_TTL = 300.0  # re-read the KubeVirt CR this often
+KUBEVIRT_ERROR_TTL = 5.0  # retry this soon after a failed read
+READY_TTL = 10.0  # /readyz re-probes the API server at most this often
+CERT_RECHECK = 600.0  # --self-signed: re-read the Secret and re-check caBundle this often
+
+T = TypeVar("T")
+
+
+class Metrics:
+    """Prometheus metrics on a private registry (one per server, so tests can run several)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("ch_admission_requests", "Admission requests by path and verdict",
+                                ["path", "verdict"], registry=self.registry)
+        self.latency = Histogram("ch_admission_request_duration_seconds", "Time to answer, by path", ["path"],
+                                 buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+                                 registry=self.registry)
+        self.tls_reloads = Counter("ch_admission_tls_reloads", "Certificate reloads by result", ["result"],
+                                   registry=self.registry)
+        self.kube_errors = Counter("ch_admission_kube_errors", "Failed API server calls by call", ["call"],
+                                   registry=self.registry)
+        self.cert_loaded = Gauge("ch_admission_certificate_loaded_timestamp_seconds",
+                                 "When the serving certificate in use was loaded", registry=self.registry)
+
+
+class KubeVirtCache:
+    """The cluster's KubeVirt status, read once and refreshed every KUBEVIRT_TTL; after a failed
+    refresh the last good status is kept (a stale version beats refusing everything)."""
+
+    def __init__(self, fetch: Callable[[], KubeVirtStatus], run: Callable[[Callable[[], Any]], Awaitable[Any]]):
+        self._fetch, self._run = fetch, run
+        self._value: KubeVirtStatus | None = None
+        self._good: KubeVirtStatus | None = None
+        self._expires = 0.0
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> KubeVirtStatus:
+        if self._value is not None and time.monotonic() < self._expires:
+            return self._value
+        async with self._lock:
+            if self._value is not None and time.monotonic() < self._expires:
+                return self._value
+            status = await self._run(self._fetch)
+            if status.version is not None:
+                self._good = status
+            elif self._good is not None:
+                log.warning("cannot refresh the KubeVirt status (%s); keeping %s", status.error, self._good.version)
+                status = self._good
+            self._value = status
+            self._expires = time.monotonic() + (KUBEVIRT_TTL if status.version else KUBEVIRT_ERROR_TTL)
+            return status
+
+
+@dataclass
+class Server:
+    """Everything the handlers share."""
+
+    config: Config
+    kube: KubeClient | None = None
+    tls: ReloadingTLS | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(8, "ch-admission-api"))
+    kubevirt: KubeVirtCache | None = None
+    _ready_until: float = 0.0
+    _ready_error: str = "not checked yet"
+
+    def __post_init__(self) -> None:
+        if self.kube is not None and self.kubevirt is None:
+            self.kubevirt = KubeVirtCache(self._read_kubevirt, self.run)
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
+
+    def _read_kubevirt(self) -> KubeVirtStatus:
+        assert self.kube is not None
+        try:
+            return KubeVirtStatus.from_cr(self.kube.get_kubevirt(self.config.kubevirt.namespace,
+                                                                 self.config.kubevirt.name))
+        except KubeError as e:
+            self.metrics.kube_errors.labels("get_kubevirt").inc()
+            return KubeVirtStatus(error=e.message)
+
+    async def kubevirt_status(self) -> KubeVirtStatus | None:
+        return await self.kubevirt.get() if self.kubevirt is not None else None
+
+
+class _Answer(Exception):
+    """An HTTP-level answer (the body is not an AdmissionReview we can respond to)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def _status_response(status: int, message: str) -> web.Response:
+    return web.json_response(http_error_status(status, message), status=status)
+
+
+async def _read_review(request: web.Request):
+    if not is_json_content_type(request.headers.get("Content-Type")):
+        raise _Answer(415, f"Content-Type must be application/json, got {request.headers.get('Content-Type')!r}")
+    if request.content_length is not None and request.content_length > MAX_BODY:
+        raise _Answer(413, f"request body of {request.content_length} bytes exceeds the limit of {MAX_BODY} bytes")
+    try:
+        body = await asyncio.wait_for(request.read(), BODY_TIMEOUT)
+    except web.HTTPRequestEntityTooLarge:
+        raise _Answer(413, f"request body exceeds the limit of {MAX_BODY} bytes") from None
+    except asyncio.TimeoutError:
+        raise _Answer(408, f"request body not received within {BODY_TIMEOUT:g} s") from None
+    try:
+        return parse_review(body)
+    except ReviewError as e:
+        raise _Answer(e.status, e.message) from None
+
+
+def _log_outcome(path: str, req: Any, outcome: rules.Outcome) -> None:
+    if outcome.verdict in ("denied", "invalid"):
+        status = outcome.review["response"].get("status", {})
+        log.info("%s %s %s %s/%s uid=%s: %s", path, outcome.verdict, req.kind or "object", req.namespace,
+                 req.name or "(generated)", req.uid, status.get("message"))
+    elif log.isEnabledFor(logging.DEBUG):
+        log.debug("%s %s %s %s/%s uid=%s", path, outcome.verdict, req.kind, req.namespace, req.name, req.uid)
+
+
+def make_app(server: Server) -> web.Application:
+    """The aiohttp application. Separate from serving so tests can run it on any socket."""
+    metrics = server.metrics
+
+    @web.middleware
+    async def observe(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+        start = time.perf_counter()
+        path = request.path if request.path in ("/validate", "/mutate-pod", "/healthz", "/readyz", "/metrics") \
+            else "other"
+        try:
+            response = await handler(request)
+            verdict = request.get("verdict") or str(response.status)
+        except _Answer as e:
+            response, verdict = _status_response(e.status, e.message), "invalid"
+        except web.HTTPException as e:  # 404/405 from the router
+            response, verdict = _status_response(e.status, e.reason), "invalid"
+        except Exception as e:  # noqa: BLE001 - a bug must not take the server down
+            log.exception("error answering %s", request.path)
+            response, verdict = _status_response(500, f"internal error: {type(e).__name__}: {e}"), "error"
+        metrics.requests.labels(path, verdict).inc()
+        metrics.latency.labels(path).observe(time.perf_counter() - start)
+        return response
+
+    async def validate(request: web.Request) -> web.Response:
+        req = await _read_review(request)
+        status = await server.kubevirt_status() if rules.wants_kubevirt_status(req) else None
+        outcome = rules.validate(req, server.config, status)
+        request["verdict"] = outcome.verdict
+        _log_outcome("/validate", req, outcome)
+        return web.json_response(outcome.review)
+
+    async def mutate_pod(request: web.Request) -> web.Response:
+        req = await _read_review(request)
+        first = mutate.plan(req, server.config)
+        if isinstance(first, mutate.NeedsVMI):
+            vmi, error = None, None
+            if server.kube is None:
+                error = "the server has no Kubernetes API client (--kubeconfig, or run in a pod)"
+            else:
+                try:
+                    vmi = await server.run(lambda: server.kube.get_vmi(first.namespace, first.name))
+                except KubeError as e:
+                    metrics.kube_errors.labels("get_vmi").inc()
+                    error = e.message
+            status = await server.kubevirt_status()
+            first = mutate.mutate_pod(req, server.config, first, vmi, error, status)
+        request["verdict"] = first.verdict
+        _log_outcome("/mutate-pod", req, first)
+        return web.json_response(first.review)
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(request: web.Request) -> web.Response:
+        if server.tls is None:
+            return web.Response(status=503, text="TLS certificate not loaded\n")
+        if server.kube is not None and time.monotonic() >= server._ready_until:
+            try:
+                await server.run(server.kube.server_version)
+                server._ready_error = ""
+            except KubeError as e:
+                metrics.kube_errors.labels("version").inc()
+                server._ready_error = e.message
+            server._ready_until = time.monotonic() + READY_TTL
+        if server.kube is not None and server._ready_error:
+            return web.Response(status=503, text=f"API server not usable: {server._ready_error}\n")
+        return web.Response(text="ok\n")
+
+    async def metrics_handler(request: web.Request) -> web.Response:
+        if server.tls is not None:
+            metrics.cert_loaded.set(server.tls.loaded_at)
+        body = generate_latest(metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[observe])
+    app.router.add_post("/validate", validate)
+    app.router.add_post("/mutate-pod", mutate_pod)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_handler)
+    return app
+
+
+# --- serve ------------------------------------------------------------------------------------
+
+
+async def _self_signed_round(server: Server, ns: argparse.Namespace) -> tuple[str, str]:
+    """Ensure the shared Secret, write the files, re-inject the CA bundle. Blocking calls run in the pool."""
+    from admission import certs
+    assert server.kube is not None
+    kube = server.kube
+    names = certs.dns_names(ns.service, ns.namespace)
+    bundle = await server.run(lambda: certs.ensure_secret(kube, ns.namespace, ns.cert_secret, names))
+    paths = await server.run(lambda: certs.write_files(ns.cert_dir, bundle))
+    configurations = [c.strip() for c in ns.webhook_configurations.split(",") if c.strip()]
+    await server.run(lambda: certs.inject_ca_bundle(kube, configurations, bundle.ca_cert))
+    return paths
+
+
+async def _self_signed_start(server: Server, ns: argparse.Namespace) -> tuple[str, str]:
+    """At start-up the API server may be briefly unreachable: retry for about a minute."""
+    from admission.certs import CertError
+    delay, deadline = 0.5, time.monotonic() + 60
+    while True:
+        try:
+            return await _self_signed_round(server, ns)
+        except (KubeError, CertError) as e:
+            if time.monotonic() > deadline or (isinstance(e, KubeError) and e.status in (401, 403)):
+                raise
+            log.warning("self-managed certificates not ready (%s); retrying in %.1f s", e, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 8)
+
+
+async def _self_signed_loop(server: Server, ns: argparse.Namespace) -> None:
+    from admission.certs import CertError
+    while True:
+        await asyncio.sleep(CERT_RECHECK)
+        try:
+            await _self_signed_round(server, ns)
+        except (KubeError, CertError) as e:
+            log.warning("certificate re-check failed, will retry: %s", e)
+
+
+async def serve(ns: argparse.Namespace, config: Config, kube: KubeClient | None,
+                ready: Callable[[int], None] | None = None) -> None:
+    server = Server(config=config, kube=kube)
+    if ns.self_signed:
+        cert_file, key_file = await _self_signed_start(server, ns)
+        cert_file, key_file = ns.tls_cert_file or cert_file, ns.tls_private_key_file or key_file
+    else:
+        cert_file, key_file = ns.tls_cert_file, ns.tls_private_key_file
+
+    def on_reload(ok: bool) -> None:
+        server.metrics.tls_reloads.labels("ok" if ok else "failed").inc()
+
+    server.tls = ReloadingTLS(cert_file, key_file, on_reload=on_reload)
+    runner = web.AppRunner(make_app(server), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, ns.address, ns.port, ssl_context=server.tls.base, backlog=1024)
+    await site.start()
+    port = next(iter(runner.addresses))[1]
+    log.info("serving https://%s:%d (validate, mutate-pod, healthz, readyz, metrics)", ns.address, port)
+    if ready:
+        ready(port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    renewal = asyncio.create_task(_self_signed_loop(server, ns)) if ns.self_signed else None
+    try:
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        if renewal:
+            renewal.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewal
+        await runner.cleanup()
+        server.executor.shutdown(wait=False, cancel_futures=True)
+        if kube is not None:
+            kube.close()
+
+
+def serve_main(ns: argparse.Namespace) -> int:
+    """Entry point of `ch-admission serve`. Exit 2 on bad configuration, 1 on a start-up failure."""
+    logging.basicConfig(level=getattr(logging, ns.log_level.upper()), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(ns.config)
+    except ConfigError as e:
+        log.error("%s", e)
+        return 2
+    if not ns.self_signed and not (ns.tls_cert_file and ns.tls_private_key_file):
+        log.error("--tls-cert-file and --tls-private-key-file are required unless --self-signed")
+        return 2
+    try:
+        kube = KubeClient.auto(ns.kubeconfig)
+    except KubeError as e:
+        log.error("%s", e)
+        return 2
+    if kube is None:
+        if ns.self_signed:
+            log.error("--self-signed needs the Kubernetes API (--kubeconfig, or run in a pod)")
+            return 2
+        log.warning("no Kubernetes API client: the pod mutator will refuse launcher pods and the KubeVirt "
+                    "version gate is off")
+    try:
+        asyncio.run(serve(ns, config, kube))
+    except TLSFilesError as e:
+        log.error("%s", e)
+        return 2
+    except Exception as e:  # noqa: BLE001 - report start-up failures in one line, exit non-zero
+        log.error("cannot start: %s", e)
+        return 1
+    return 0
