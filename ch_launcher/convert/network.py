@@ -331,5 +331,4 @@ def _plugin_interface(t: Translation, i: int, path: str, iface: Interface, net_i
     if plugin == VHOSTUSER_BINDING:
         vhost_user_interface(t, path, iface, None, pairs)
         return
-    t.warn(f"{path}.binding", f"{path}.binding: plugin '{plugin}' runs only if it uses a managedTap "
-           f"or a vhost-user socket")
+    t.warn(f"{path}.binding", f"{path}.binding: the plugin runs only with a managedTap or a vhost-user socket")

@@ -66,26 +66,27 @@ class AddressPool:
                  validate=None):
         self.prefix = prefix
         self._addresses: dict[str, list[str]] = {}
+        self._malformed: dict[str, str] = {}  # resource -> why its variable is unusable
         for resource in dict.fromkeys(resources):
             var = resource_env_var(prefix, resource)
             if var not in environ:
                 continue
             values = [v.strip() for v in environ[var].strip().rstrip(",").split(",") if v.strip()]
-            if validate is not None:
-                checked = []
-                for v in values:
-                    try:
-                        checked.append(validate(v))
-                    except VfioError as e:
-                        raise VfioError(f"{var}={environ[var]!r}: {e}") from None
-                values = checked
+            try:
+                values = [validate(v) for v in values] if validate is not None else values
+            except VfioError as e:
+                self._malformed[resource] = f"{var}={environ[var]!r}: {e}"
+                values = []
             self._addresses[resource] = values
 
     def has(self, resource: str) -> bool:
         return resource in self._addresses
 
     def pop(self, resource: str) -> str:
-        """The next free address of `resource`; VfioError when the plugin gave no more."""
+        """The next free address of `resource`; VfioError when the plugin gave no more, or when
+        its variable is malformed (the message names the variable and its value)."""
+        if resource in self._malformed:
+            raise VfioError(self._malformed[resource])
         addresses = self._addresses.get(resource)
         if not addresses:
             raise VfioError(f"{resource_env_var(self.prefix, resource)} lists no more devices "

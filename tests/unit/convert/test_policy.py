@@ -1,0 +1,95 @@
+"""What virt-handler and the pod's tooling require: refused with a reason, never admitted to fail later."""
+
+from __future__ import annotations
+
+import pytest
+
+from ch_launcher.convert import check, policy
+from ch_launcher.convert.policy import configure_policy
+from tests.unit.convert.netbuild import fields, multus, translation, vmi
+
+
+def refused(body):
+    t = translation(body)
+    configure_policy(t)
+    return t
+
+
+def with_domain(**domain):
+    body = vmi()
+    body["spec"]["domain"].update(domain)
+    return body
+
+
+@pytest.mark.parametrize("body, field", [
+    (vmi(devices={"gpus": [{"name": "g", "deviceName": "nvidia.com/T4"}]}), "spec.domain.devices.gpus[0]"),
+    (vmi(devices={"hostDevices": [{"name": "h", "deviceName": "intel.com/qat"}]}), "spec.domain.devices.hostDevices[0]"),
+    (vmi([{"name": "s", "sriov": {}}], [multus("s")]), "spec.domain.devices.interfaces[0].sriov"),
+    (with_domain(cpu={"dedicatedCpuPlacement": True}), "spec.domain.cpu.dedicatedCpuPlacement"),
+    (with_domain(cpu={"realtime": {}}), "spec.domain.cpu.realtime"),
+    (with_domain(launchSecurity={"sev": {}}), "spec.domain.launchSecurity.sev"),
+    (with_domain(launchSecurity={"snp": {}}), "spec.domain.launchSecurity.snp"),
+    (with_domain(memory={"guest": "1Gi", "reservedOverhead": {"memLock": "Required"}}),
+     "spec.domain.memory.reservedOverhead.memLock"),
+])
+def test_features_that_make_virt_handler_look_for_qemu_are_refused(body, field):
+    t = refused(body)
+    assert fields(t.problems) == [field]
+    assert "QEMU process" in t.problems[0].message and t.problems[0].message.startswith(field)
+
+
+def test_memlock_not_required_is_fine():
+    assert refused(with_domain(memory={"guest": "1Gi", "reservedOverhead": {"memLock": "NotRequired"}})).problems == []
+
+
+@pytest.mark.parametrize("probe", ["livenessProbe", "readinessProbe"])
+@pytest.mark.parametrize("kind, body", [("exec", {"command": ["cat", "/tmp/ready"]}), ("guestAgentPing", {})])
+def test_probes_that_need_the_guest_agent_are_refused(probe, kind, body):
+    t = refused(vmi(**{probe: {kind: body, "periodSeconds": 5}}))
+    assert fields(t.problems) == [f"spec.{probe}.{kind}"]
+    assert "guest agent" in t.problems[0].message
+
+
+@pytest.mark.parametrize("kind, body", [("httpGet", {"port": 80}), ("tcpSocket", {"port": 22})])
+def test_probes_the_kubelet_runs_are_fine(kind, body):
+    assert refused(vmi(readinessProbe={kind: body})).problems == []
+
+
+def test_hook_sidecars_are_refused_with_the_annotation_path():
+    body = vmi()
+    body["metadata"]["annotations"] = {"hooks.kubevirt.io/hookSidecars": '[{"image": "x"}]'}
+    t = refused(body)
+    assert fields(t.problems) == ["metadata.annotations[hooks.kubevirt.io/hookSidecars]"]
+
+
+@pytest.mark.parametrize("strategy", ["LiveMigrate", "LiveMigrateIfPossible"])
+def test_eviction_by_live_migration_is_refused(strategy):
+    t = refused(vmi(evictionStrategy=strategy))
+    assert fields(t.problems) == ["spec.evictionStrategy"]
+    assert "None or External" in t.problems[0].message
+
+
+@pytest.mark.parametrize("strategy", ["None", "External"])
+def test_eviction_without_migration_is_fine(strategy):
+    assert refused(vmi(evictionStrategy=strategy)).problems == []
+
+
+def test_a_field_another_configurator_refused_is_not_refused_twice():
+    t = translation(with_domain(cpu={"realtime": {}}))
+    t.unsupported("spec.domain.cpu.realtime", "refused by compute")
+    configure_policy(t)
+    assert [p.message for p in t.problems] == ["refused by compute"]
+
+
+def test_lifting_the_vfio_switch_admits_a_gpu_vmi(monkeypatch):
+    body = vmi(devices={"gpus": [{"name": "g", "deviceName": "nvidia.com/T4"}]})
+    assert fields(check(body).problems) == ["spec.domain.devices.gpus[0]"]
+    monkeypatch.setattr(policy, "VFIO_ALLOWED", True)
+    assert check(body).problems == []
+
+
+def test_policy_leaves_the_vm_config_alone():
+    t = translation(with_domain(cpu={"dedicatedCpuPlacement": True}))
+    before = t.config.to_api()
+    configure_policy(t)
+    assert t.config.to_api() == before
