@@ -112,7 +112,7 @@ class Conflict(ChApiError):
     (`InvalidStateTransition(Paused, Paused)`), snapshot of a running VM, receive-migration with a
     VM present, "No device with id ... to remove", 409 (duplicate id or device path on main), and
     429 "Too Many Requests" (a vCPU removal is still pending: retry later, `status == 429`).
-    Use `already_in_state` to tell "already where you wanted it" from a real refusal.
+    Use `already_in_state()` to tell "already where you wanted it" from a real refusal.
     """
 
     @property
@@ -124,14 +124,18 @@ class Conflict(ChApiError):
                 return match.group(1), match.group(2)
         return None
 
-    @property
     def already_in_state(self) -> bool:
-        """The VM already is in the state the call asked for: pause of a paused VM, resume of a
-        running one, create when a VM exists. A launcher may treat these as success."""
+        """True when the VM already is where the call wanted it, so a launcher may treat the
+        call as done: pause of a paused VM, resume of a running one (`InvalidStateTransition(X,
+        X)`); `vm.shutdown`/`vm.power-button` when no VM runs; `vm.create` when a config is
+        stored (possibly another one: compare with `vm.info` if that matters). False for every
+        other refusal, e.g. `vm.boot` of a paused VM or `vm.pause` of a created one."""
         tr = self.transition
         if tr is not None:
             return tr[0] == tr[1]
-        return self.mentions("VM is already created") and self.endpoint == "vm.create"
+        if self.endpoint in ("vm.shutdown", "vm.power-button"):
+            return self.mentions("VM is not running")
+        return self.endpoint == "vm.create" and self.mentions("VM is already created")
 
 
 class InternalError(ChApiError):
@@ -166,9 +170,9 @@ def parse_error_body(body: bytes) -> list[str]:
     if not text:
         return []
     try:
-        data = json.loads(text)
+        data = json.loads(text, strict=False)  # micro_http puts a raw newline inside its string
     except ValueError:
-        return [text]  # <= v46: plain text, the innermost error
+        return [text]  # <= v46: plain text, the whole chain joined with ": "
     if isinstance(data, list):
         return [m if isinstance(m, str) else json.dumps(m) for m in data]
     if isinstance(data, dict) and isinstance(data.get("error"), str):

@@ -1,0 +1,274 @@
+"""The process supervisor against a VMM: start-up, readiness, failures, stop, guest-driven exits."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+
+import pytest
+
+from ch_launcher.ch.api import VmmUnavailable
+from ch_launcher.ch.process import VmmProcess, VmmStartError
+from tests.contract.harness import FAKE, Backend, Vmm
+
+
+def test_vmm_answers_ping_with_its_version(vmm: Vmm) -> None:
+    pong = vmm.client.ping()
+    assert pong.version.count(".") == 2
+    assert vmm.proc.version == pong.version == vmm.client.version
+    assert pong.pid == vmm.proc.pid
+
+
+def test_spawn_replaces_a_stale_api_socket(backend: Backend, start: Callable[..., Vmm], sdir: str) -> None:
+    stale = os.path.join(sdir, "ch0.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(stale)  # bound, never listening: what a killed VMM leaves behind
+    s.close()
+    vmm = start(backend)
+    assert vmm.api_socket == stale
+    assert vmm.client.ping().version
+
+
+def test_a_v52_vmm_cannot_start_over_a_stale_socket(sdir: str) -> None:
+    # <= v52 fails to bind over a stale socket (v53 removes it under its .lock): why spawn unlinks it.
+    path = os.path.join(sdir, "api.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.close()
+    result = subprocess.run(
+        [FAKE.binary, "--api-socket", f"path={path}"], env={**os.environ, "FAKE_CH_VERSION": "52.0.0"},
+        capture_output=True, timeout=10, start_new_session=True,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert b"Error creating API server socket" in result.stderr
+
+
+def test_stale_socket_is_removed_by_a_v53_vmm_itself(sdir: str) -> None:
+    path = os.path.join(sdir, "api.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.close()
+    proc = subprocess.Popen(
+        [FAKE.binary, "--api-socket", f"path={path}"], env={**os.environ, "FAKE_CH_VERSION": "53.0.0"},
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        client_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client_sock.connect(path)
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.02)
+        client_sock.close()
+        assert os.path.exists(path + ".lock")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_second_v53_vmm_on_the_same_socket_fails_with_socket_in_use(start: Callable[..., Vmm], sdir: str) -> None:
+    first = start(FAKE)
+    result = subprocess.run(
+        [FAKE.binary, "--api-socket", f"path={first.api_socket}"], env={**os.environ, "FAKE_CH_VERSION": "53.0.0"},
+        capture_output=True, timeout=10, start_new_session=True,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert b"ApiSocketInUse" in result.stderr
+    assert first.client.ping()
+
+
+def test_vmm_dying_during_startup_is_reported_with_its_exit_code_and_log(start: Callable[..., Vmm]) -> None:
+    vmm = start(FAKE, env={"FAKE_CH_EXIT_AT_START": "3"}, wait=False)
+    t0 = time.monotonic()
+    with pytest.raises(VmmStartError) as info:
+        vmm.proc.wait_ready(10.0)
+    message = str(info.value)
+    assert "exited with code 3 during start-up" in message
+    assert "FAKE_CH_EXIT_AT_START=3" in message  # the tail of its log (stderr) is included
+    assert time.monotonic() - t0 < 5.0  # noticed from the exit, not from the timeout
+
+
+def test_vmm_killed_during_startup_is_reported_with_the_signal(start: Callable[..., Vmm]) -> None:
+    vmm = start(FAKE, env={"FAKE_CH_START_DELAY": "5"}, wait=False)
+    time.sleep(0.2)
+    vmm.signal(signal.SIGKILL)
+    with pytest.raises(VmmStartError, match="was killed by SIGKILL during start-up"):
+        vmm.proc.wait_ready(10.0)
+
+
+def test_vmm_that_never_opens_its_socket_fails_after_a_bounded_wait(start: Callable[..., Vmm]) -> None:
+    vmm = start(FAKE, env={"FAKE_CH_NO_API_SOCKET": "1"}, wait=False)
+    t0 = time.monotonic()
+    with pytest.raises(VmmStartError) as info:
+        vmm.proc.wait_ready(0.5)
+    assert time.monotonic() - t0 < 5.0
+    assert "never answered vmm.ping within 0.5 s" in str(info.value)
+    assert "the API socket never appeared" in str(info.value)
+    assert vmm.proc.poll() is None  # left running for the caller to terminate
+    assert vmm.proc.terminate(shutdown_timeout=0.5, term_timeout=2.0) == 0  # SIGTERM: a clean exit
+
+
+def test_slow_vmm_start_is_waited_for(start: Callable[..., Vmm]) -> None:
+    vmm = start(FAKE, env={"FAKE_CH_START_DELAY": "0.5"})
+    assert vmm.client.ping()
+
+
+def test_hung_call_times_out_naming_the_endpoint_and_the_wait(start: Callable[..., Vmm]) -> None:
+    vmm = start(FAKE, env={"FAKE_CH_HANG_ENDPOINT": "vm.info"})
+    vmm.client.create(vmm.config())
+    with pytest.raises(VmmUnavailable) as info:
+        vmm.client.info(timeout=0.3)
+    assert info.value.endpoint == "vm.info"
+    assert info.value.status is None
+    assert "vm.info failed: no answer from the VMM within 0.3 s" == str(info.value)
+    # The whole API is stalled now, as with the real VMM: stop escalates to SIGTERM.
+    t0 = time.monotonic()
+    assert vmm.proc.terminate(shutdown_timeout=0.3, term_timeout=3.0) == 0
+    assert time.monotonic() - t0 < 5.0
+
+
+def test_terminate_uses_vmm_shutdown_and_reaps(vmm: Vmm) -> None:
+    vmm.client.create(vmm.config())
+    vmm.client.boot()
+    assert vmm.proc.terminate() == 0
+    assert vmm.proc.poll() == 0
+    assert not os.path.exists(vmm.api_socket)  # a clean exit removes the socket
+    names = vmm.events.names()
+    assert names[-3:] == ["vm:shutdown", "vm:deleted", "vmm:shutdown"]
+    assert vmm.proc.terminate() == 0  # twice is fine
+
+
+def test_terminate_kills_a_vmm_that_ignores_sigterm(sdir: str) -> None:
+    script = os.path.join(sdir, "stubborn")
+    with open(script, "w") as f:
+        f.write("#!/bin/sh\ntrap '' TERM\nwhile :; do sleep 0.05; done\n")
+    os.chmod(script, 0o755)
+    proc = VmmProcess.spawn(
+        script, api_socket=os.path.join(sdir, "a.sock"), event_monitor=os.path.join(sdir, "ev"),
+        log_file=os.path.join(sdir, "log"),
+    )  # fmt: skip
+    try:
+        assert proc.terminate(shutdown_timeout=0.2, term_timeout=0.3) == -signal.SIGKILL
+    finally:
+        proc.close()
+
+
+def test_pidfd_becomes_readable_when_the_vmm_exits(vmm: Vmm) -> None:
+    import select  # noqa: PLC0415
+
+    assert vmm.proc.pidfd is not None
+    assert select.select([vmm.proc.pidfd], [], [], 0)[0] == []
+    vmm.client.shutdown_vmm()
+    assert select.select([vmm.proc.pidfd], [], [], 10)[0] == [vmm.proc.pidfd]
+    assert vmm.proc.wait(5) == 0
+
+
+def test_sigterm_deletes_the_vm_and_exits_cleanly(vmm: Vmm) -> None:
+    vmm.client.create(vmm.config())
+    vmm.client.boot()
+    vmm.signal(signal.SIGTERM)
+    assert vmm.proc.wait(10) == 0
+    assert vmm.events.names()[-3:] == ["vm:shutdown", "vm:deleted", "vmm:shutdown"]
+    assert not os.path.exists(vmm.api_socket)
+
+
+def test_calls_to_an_exited_vmm_say_the_socket_is_gone(vmm: Vmm) -> None:
+    vmm.client.shutdown_vmm()
+    vmm.proc.wait(10)
+    with pytest.raises(VmmUnavailable, match=r"API socket .* does not exist"):
+        vmm.client.info()
+
+
+# --- guest-driven exits (the simulated guest acts on signals) ----------------------------------
+
+
+def test_guest_poweroff_ends_the_vmm_without_no_shutdown(start: Callable[..., Vmm]) -> None:
+    vmm = start(FAKE)
+    vmm.client.create(vmm.config())
+    vmm.client.boot()
+    vmm.signal(signal.SIGUSR1)
+    assert vmm.proc.wait(10) == 0
+    assert vmm.events.names()[-3:] == ["vm:shutdown", "vm:deleted", "vmm:shutdown"]
+    assert not os.path.exists(vmm.api_socket)
+
+
+def test_guest_poweroff_with_no_shutdown_leaves_a_created_vm_that_boots_again(start: Callable[..., Vmm]) -> None:
+    vmm = start(FAKE, no_shutdown=True)
+    vmm.client.create(vmm.config())
+    vmm.client.boot()
+    vmm.events.set_mark()
+    vmm.signal(signal.SIGUSR1)
+    vmm.events.wait_for("vm:shutdown")
+    assert vmm.proc.poll() is None
+    assert vmm.client.info().state == "Created"
+    assert [n for n in vmm.events.since_mark() if not n.startswith("virtio")] == ["vm:shutdown"]
+    vmm.client.boot()
+    assert vmm.client.info().state == "Running"
+
+
+def test_power_button_makes_the_guest_power_off_after_the_acpi_delay(start: Callable[..., Vmm]) -> None:
+    vmm = start(FAKE, no_shutdown=True, env={"FAKE_CH_ACPI_DELAY": "0.3"})
+    vmm.client.create(vmm.config())
+    vmm.client.boot()
+    vmm.events.set_mark()
+    vmm.client.power_button()
+    assert vmm.client.info().state == "Running"  # the guest takes its time
+    vmm.events.wait_for("vm:shutdown", timeout=5)
+    assert vmm.client.info().state == "Created"
+
+
+def test_power_button_is_ignored_by_a_guest_without_acpi(start: Callable[..., Vmm]) -> None:
+    vmm = start(FAKE, env={"FAKE_CH_ACPI_DELAY": "never"})
+    vmm.client.create(vmm.config())
+    vmm.client.boot()
+    vmm.client.power_button()
+    time.sleep(0.4)
+    assert vmm.client.info().state == "Running"
+
+
+def test_guest_poweroff_while_paused_happens_after_resume(start: Callable[..., Vmm]) -> None:
+    vmm = start(FAKE, no_shutdown=True)
+    vmm.client.create(vmm.config())
+    vmm.client.boot()
+    vmm.client.pause()
+    vmm.signal(signal.SIGUSR1)
+    time.sleep(0.2)
+    assert vmm.client.info().state == "Paused"
+    vmm.client.resume()
+    vmm.events.wait_for("vm:shutdown", after_mark=False)
+    assert vmm.client.info().state == "Created"
+
+
+def test_guest_reboot_rebuilds_the_vm_in_process(start: Callable[..., Vmm]) -> None:
+    vmm = start(FAKE)
+    vmm.client.create(vmm.config())
+    vmm.client.boot()
+    vmm.events.set_mark()
+    vmm.signal(signal.SIGUSR2)
+    vmm.events.wait_for("vm:rebooted")
+    assert vmm.proc.poll() is None
+    assert vmm.client.info().state == "Running"
+    assert [n for n in vmm.events.since_mark() if n.startswith("vm:")] == ["vm:rebooting", "vm:rebooted"]
+
+
+@pytest.mark.parametrize("pvpanic", [True, False])
+def test_guest_panic_is_reported_only_with_pvpanic(start: Callable[..., Vmm], pvpanic: bool) -> None:
+    vmm = start(FAKE)
+    vmm.client.create(vmm.config(pvpanic=pvpanic))
+    vmm.client.boot()
+    vmm.signal(signal.SIGURG)
+    vmm.client.ping()  # handled in order: the signal was processed before this answer
+    time.sleep(0.1)
+    panics = [e for e in vmm.events.poll(0.2) + vmm.events.seen if e.name == "guest:panic"]
+    if pvpanic:
+        assert panics and panics[0].properties == {"event": "panic"}
+    else:
+        assert not panics
+    assert vmm.client.info().state == "Running"
