@@ -1,0 +1,123 @@
+"""Memory: guest size by KubeVirt's defaulting order, virtio-mem hotplug, hugepages, shared memory, balloon."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ch_launcher.convert import LauncherOptions
+from ch_launcher.convert.memory import configure_memory
+from tests.unit.convert.vmibuild import api, fields, problem, run, translation, vmi
+
+GiB = 2**30
+MiB = 2**20
+
+
+def memory(domain: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    return api(run(vmi(domain), **kw))["memory"]
+
+
+@pytest.mark.parametrize("domain, size", [
+    ({"memory": {"guest": "2Gi"}, "resources": {"requests": {"memory": "4Gi"}}}, 2 * GiB),
+    ({"memory": None, "resources": {"requests": {"memory": "3Gi"}, "limits": {"memory": "4Gi"}}}, 3 * GiB),
+    ({"memory": None, "resources": {"limits": {"memory": "4Gi"}}}, 4 * GiB),
+    ({"memory": {"hugepages": {"pageSize": "1Gi"}}}, GiB),
+    ({"memory": {"guest": "1024M"}}, 1024 * 10**6),
+])
+def test_guest_memory_follows_kubevirts_defaulting_order(domain: dict[str, Any], size: int) -> None:
+    assert memory(domain)["size"] == size
+
+
+def test_no_memory_at_all_is_reported_as_kubevirt_does_without_a_field() -> None:
+    verdict = run(vmi({"memory": None}))
+    p = problem(verdict, "")
+    assert p.reason == "FieldValueRequired" and p.message.startswith("no memory requested")
+
+
+def test_an_invalid_memory_quantity_names_its_field() -> None:
+    problem(run(vmi({"memory": {"guest": "much"}})), "spec.domain.memory.guest")
+
+
+def test_memory_that_is_not_whole_pages_is_rounded_up() -> None:
+    assert memory({"memory": {"guest": "1000001"}})["size"] == 1003520
+
+
+def test_max_guest_becomes_virtio_mem_hotplug_of_the_difference() -> None:
+    got = memory({"memory": {"guest": "1Gi", "maxGuest": "4Gi"}})
+    assert got["hotplug_method"] == "VirtioMem" and got["hotplug_size"] == 3 * GiB
+
+
+def test_hotplug_size_is_rounded_down_to_virtio_mem_blocks_with_a_warning() -> None:
+    verdict = run(vmi({"memory": {"guest": "1Gi", "maxGuest": "1300Mi"}}))
+    assert api(verdict)["memory"]["hotplug_size"] == 256 * MiB
+    assert fields(verdict.warnings) == ["spec.domain.memory.maxGuest"]
+
+
+def test_max_guest_equal_to_guest_means_no_hotplug() -> None:
+    assert "hotplug_size" not in memory({"memory": {"guest": "1Gi", "maxGuest": "1Gi"}})
+
+
+def test_max_guest_below_guest_is_invalid() -> None:
+    p = problem(run(vmi({"memory": {"guest": "2Gi", "maxGuest": "1Gi"}})), "spec.domain.memory.maxGuest")
+    assert p.reason == "FieldValueInvalid"
+
+
+def test_hugepages_map_to_hugepages_of_that_size() -> None:
+    got = memory({"memory": {"guest": "4Gi", "hugepages": {"pageSize": "2Mi"}}})
+    assert (got["hugepages"], got["hugepage_size"]) == (True, 2 * MiB)
+
+
+def test_guest_memory_that_is_not_a_multiple_of_the_hugepage_size_is_invalid() -> None:
+    p = problem(run(vmi({"memory": {"guest": "1500Mi", "hugepages": {"pageSize": "1Gi"}}})), "spec.domain.memory.guest")
+    assert "multiple of spec.domain.memory.hugepages.pageSize" in p.message
+
+
+def test_a_hugepage_size_that_is_not_a_power_of_two_is_invalid() -> None:
+    problem(run(vmi({"memory": {"guest": "3Mi", "hugepages": {"pageSize": "3Mi"}}})),
+            "spec.domain.memory.hugepages.pageSize")
+
+
+def test_hugepages_with_hotplug_round_to_whole_hugepages() -> None:
+    got = memory({"memory": {"guest": "2Gi", "maxGuest": "5Gi", "hugepages": {"pageSize": "1Gi"}}})
+    assert got["hotplug_size"] == 3 * GiB
+
+
+def test_memory_is_shared_when_a_device_needs_it() -> None:
+    t = translation(vmi())
+    t.need_shared_memory("spec.domain.devices.filesystems[0]: virtiofs")
+    configure_memory(t)
+    assert t.config.memory is not None and t.config.memory.shared is True
+
+
+def test_memory_is_private_unless_a_device_needs_it() -> None:
+    assert "shared" not in memory({})
+
+
+def test_hugepages_need_no_shared_flag_for_vhost_user() -> None:
+    t = translation(vmi({"memory": {"guest": "1Gi", "hugepages": {"pageSize": "2Mi"}}}))
+    t.need_shared_memory("vhost-user")
+    configure_memory(t)
+    assert t.config.memory is not None and t.config.memory.shared is None and t.config.memory.hugepages
+
+
+def test_the_balloon_is_attached_by_default_with_free_page_reporting() -> None:
+    assert api(run(vmi()))["balloon"] == {"size": 0, "deflate_on_oom": True, "free_page_reporting": True}
+
+
+def test_autoattach_mem_balloon_false_attaches_no_balloon() -> None:
+    assert "balloon" not in api(run(vmi({"devices": {"autoattachMemBalloon": False}})))
+
+
+@pytest.mark.parametrize("case", ["cluster", "annotation", "hugepages"])
+def test_free_page_reporting_is_off_where_kubevirt_turns_it_off(case: str) -> None:
+    body = vmi({"memory": {"guest": "1Gi", "hugepages": {"pageSize": "2Mi"}}} if case == "hugepages" else {})
+    if case == "annotation":
+        body["metadata"]["annotations"] = {"kubevirt.io/free-page-reporting-disabled": "true"}
+    options = LauncherOptions(free_page_reporting_disabled=case == "cluster")
+    assert api(run(body, options=options))["balloon"]["free_page_reporting"] is False
+
+
+def test_required_memlock_is_refused() -> None:
+    problem(run(vmi({"memory": {"guest": "1Gi", "reservedOverhead": {"memLock": "Required"}}})),
+            "spec.domain.memory.reservedOverhead.memLock")
