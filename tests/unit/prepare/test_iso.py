@@ -1,0 +1,168 @@
+"""ISO images read back with pycdlib: labels, layouts, names, Secret-mounted data, atomic rebuilds."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pathlib
+
+import pycdlib
+import pytest
+
+from ch_launcher.convert.plan import BuildCloudInitIso, BuildIso, IsoFile
+from ch_launcher.prepare import PreparationError
+from ch_launcher.prepare.iso import build_cloud_init_iso, build_iso
+
+FIELD = "spec.volumes[0].cloudInitNoCloud"
+
+
+def read_iso(path: str) -> tuple[str, dict[str, bytes]]:
+    """(volume label, {rock ridge path: content}) of an ISO."""
+    iso = pycdlib.PyCdlib()
+    iso.open(path)
+    try:
+        label = iso.pvd.volume_identifier.decode().strip()
+        files: dict[str, bytes] = {}
+        for dirname, _, names in iso.walk(rr_path="/"):
+            for name in names:
+                rr = f"{dirname.rstrip('/')}/{name}"
+                out = io.BytesIO()
+                iso.get_file_from_iso_fp(out, rr_path=rr)
+                files[rr] = out.getvalue()
+        return label, files
+    finally:
+        iso.close()
+
+
+def joliet_names(path: str) -> set[str]:
+    iso = pycdlib.PyCdlib()
+    iso.open(path)
+    try:
+        return {f"{d.rstrip('/')}/{n}" for d, _, names in iso.walk(joliet_path="/") for n in names}
+    finally:
+        iso.close()
+
+
+def nocloud(tmp_path: pathlib.Path, **kw: object) -> BuildCloudInitIso:
+    defaults: dict[str, object] = dict(field=FIELD, path=str(tmp_path / "ci" / "noCloud.iso"), data_source="noCloud",
+                                       meta_data=(("instance-id", "abc"), ("local-hostname", "vm1")))
+    return BuildCloudInitIso(**{**defaults, **kw})  # type: ignore[arg-type]
+
+
+def test_a_nocloud_iso_has_label_cidata_and_the_three_files(tmp_path: pathlib.Path) -> None:
+    user = b"#cloud-config\npassword: fedora\n\xe2\x9c\x93\n"
+    step = nocloud(tmp_path, user_data=user, network_data=b"version: 2\n")
+    build_cloud_init_iso(step)
+    label, files = read_iso(step.path)
+    assert label == "cidata"
+    assert files["/user-data"] == user
+    assert json.loads(files["/meta-data"]) == {"instance-id": "abc", "local-hostname": "vm1"}
+    assert files["/network-config"] == b"version: 2\n"
+    assert joliet_names(step.path) == {"/user-data", "/meta-data", "/network-config"}
+
+
+def test_a_nocloud_iso_without_network_data_has_no_network_file(tmp_path: pathlib.Path) -> None:
+    step = nocloud(tmp_path, user_data=b"x")
+    build_cloud_init_iso(step)
+    assert sorted(read_iso(step.path)[1]) == ["/meta-data", "/user-data"]
+
+
+def test_a_config_drive_iso_has_label_config_2_and_the_openstack_layout(tmp_path: pathlib.Path) -> None:
+    step = BuildCloudInitIso(field="spec.volumes[0].cloudInitConfigDrive", path=str(tmp_path / "configdrive.iso"),
+                             data_source="configDrive", meta_data=(("instance_id", "vm1.default"), ("uuid", "u")),
+                             user_data=b"#!/bin/sh\n", network_data=b"{}")
+    build_cloud_init_iso(step)
+    label, files = read_iso(step.path)
+    assert label == "config-2"
+    assert files == {"/openstack/latest/user_data": b"#!/bin/sh\n",
+                     "/openstack/latest/meta_data.json": b'{"instance_id":"vm1.default","uuid":"u"}',
+                     "/openstack/latest/network_data.json": b"{}"}
+
+
+def test_user_data_from_a_secret_is_read_from_the_first_file_found(tmp_path: pathlib.Path) -> None:
+    secret = tmp_path / "secret" / "ci"
+    secret.mkdir(parents=True)
+    (secret / "userData").write_bytes(b"from the secret")
+    step = nocloud(tmp_path, user_data_sources=(str(secret / "userdata"), str(secret / "userData")))
+    build_cloud_init_iso(step)
+    assert read_iso(step.path)[1]["/user-data"] == b"from the secret"
+
+
+def test_a_missing_secret_is_an_error_that_says_where_it_looked(tmp_path: pathlib.Path) -> None:
+    step = nocloud(tmp_path, user_data_sources=("/nowhere/userdata",))
+    with pytest.raises(PreparationError) as e:
+        build_cloud_init_iso(step)
+    assert e.value.field == FIELD and "/nowhere/userdata" in e.value.message
+
+
+def test_ssh_keys_of_access_credentials_go_into_the_metadata_in_order(tmp_path: pathlib.Path) -> None:
+    keys = tmp_path / "keys-access-cred"
+    keys.mkdir()
+    (keys / "a").write_text("ssh-ed25519 AAAA a@x")
+    (keys / "b").write_text("ssh-rsa BBBB b@x")
+    (keys / "empty").write_text("")
+    (keys / "..data").mkdir()  # the atomic writer's directory is not a key
+    step = nocloud(tmp_path, user_data=b"x", ssh_key_dirs=(str(keys),))
+    build_cloud_init_iso(step)
+    meta = json.loads(read_iso(step.path)[1]["/meta-data"])
+    assert meta["public-keys"] == {"0": "ssh-ed25519 AAAA a@x", "1": "ssh-rsa BBBB b@x"}
+
+
+def test_a_rebuild_replaces_the_iso_whole_and_leaves_no_staging_file(tmp_path: pathlib.Path) -> None:
+    step = nocloud(tmp_path, user_data=b"first")
+    build_cloud_init_iso(step)
+    with open(step.path, "rb") as held:  # a running VM keeps its open image
+        build_cloud_init_iso(nocloud(tmp_path, user_data=b"second"))
+        assert b"first" in held.read()
+    assert read_iso(step.path)[1]["/user-data"] == b"second"
+    assert os.listdir(tmp_path / "ci") == ["noCloud.iso"]
+
+
+def kube_mount(root: pathlib.Path) -> pathlib.Path:
+    """A directory as kubelet mounts a ConfigMap: keys are symlinks through ..data."""
+    root.mkdir(parents=True)
+    stamp = root / "..2026_11_29_00_00_00.000000001"
+    (stamp / "nested").mkdir(parents=True)
+    (stamp / "app.properties").write_text("a=1\n")
+    (stamp / "nested" / "deep.txt").write_text("deep\n")
+    os.symlink(stamp.name, root / "..data")
+    os.symlink("..data/app.properties", root / "app.properties")
+    os.symlink("..data/nested", root / "nested")
+    return root
+
+
+def test_a_config_map_iso_holds_its_keys_through_the_symlinks_and_nothing_else(tmp_path: pathlib.Path) -> None:
+    source = kube_mount(tmp_path / "config-map" / "cm")
+    step = BuildIso(field="spec.volumes[2].configMap", path=str(tmp_path / "config-map-disks" / "cm.iso"),
+                    volume_label="cfgdata", files=(), source_dir=str(source))
+    build_iso(step)
+    label, files = read_iso(step.path)
+    assert label == "cfgdata"
+    assert files == {"/app.properties": b"a=1\n", "/nested/deep.txt": b"deep\n"}
+
+
+def test_a_missing_config_volume_directory_is_an_error(tmp_path: pathlib.Path) -> None:
+    step = BuildIso(field="spec.volumes[2].secret", path=str(tmp_path / "s.iso"), volume_label="cfgdata", files=(),
+                    source_dir=str(tmp_path / "absent"))
+    with pytest.raises(PreparationError, match="spec.volumes\\[2\\].secret: the mounted volume directory"):
+        build_iso(step)
+
+
+def test_listed_files_are_added_and_missing_optional_ones_skipped(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "src").write_bytes(b"from disk")
+    step = BuildIso(field="f", path=str(tmp_path / "x.iso"), volume_label="LBL", files=(
+        IsoFile(name="inline.txt", data=b"inline"), IsoFile(name="disk.txt", source=str(tmp_path / "src")),
+        IsoFile(name="gone.txt", source=str(tmp_path / "gone"), optional=True)))
+    build_iso(step)
+    assert read_iso(step.path)[1] == {"/inline.txt": b"inline", "/disk.txt": b"from disk"}
+
+
+def test_long_names_keep_their_rock_ridge_name_without_joliet(tmp_path: pathlib.Path) -> None:
+    source = tmp_path / "cm"
+    source.mkdir()
+    name = "k" * 100
+    (source / name).write_bytes(b"v")
+    step = BuildIso(field="f", path=str(tmp_path / "x.iso"), volume_label="cfgdata", files=(), source_dir=str(source))
+    build_iso(step)
+    assert read_iso(step.path)[1] == {f"/{name}": b"v"}
