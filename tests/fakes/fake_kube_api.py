@@ -153,7 +153,7 @@ class FakeKubeAPI:
             self.requests.append((method, path))
         if h.headers.get("Authorization") != f"Bearer {TOKEN}":
             return self._send(h, 401, status(401, "Unauthorized", "Unauthorized"))
-        if path == "/version":
+        if path in ("/version", "/version/"):
             return self._send(h, 200, {"major": "1", "minor": "33", "gitVersion": "v1.33.0", "gitCommit": "fake",
                                        "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
                                        "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64"})
