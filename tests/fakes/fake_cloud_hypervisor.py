@@ -213,7 +213,7 @@ class FakeCloudHypervisor:
         self.log("INFO", f"event: {source}:{event} {properties or ''}")
         if self.event_fd is None:
             return
-        data = (json.dumps(obj, indent=2) + "\n\n").encode()
+        data = (json.dumps(obj, indent=2, ensure_ascii=False) + "\n\n").encode()  # serde: raw UTF-8
         try:
             os.write(self.event_fd, data)
         except BlockingIOError:
@@ -459,7 +459,7 @@ class FakeCloudHypervisor:
 
 def compact(value: Any) -> bytes:
     """serde_json::to_string: no spaces."""
-    return json.dumps(value, separators=(",", ":")).encode()
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def serde_message(exc: ValueError) -> str:

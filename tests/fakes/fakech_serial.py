@@ -47,6 +47,7 @@ class SerialPort:
         self.pty_slave: int | None = None
         self.pending = bytearray()
         self.started = False
+        self.last_input = 0
 
     def start(self, config: dict[str, Any]) -> str | None:
         """Creates the console transport; returns the pty path in Pty mode. Idempotent."""
@@ -188,13 +189,16 @@ class SerialPort:
         if data:
             self.write(self._echo(data))
 
-    @staticmethod
-    def _echo(data: bytes) -> bytes:
-        """What a getty on ttyS0 sends back: the characters, and a new prompt on Enter."""
+    def _echo(self, data: bytes) -> bytes:
+        """What a getty on ttyS0 sends back: the characters, and a new prompt on Enter
+        (CR, LF or CR LF, possibly split across reads)."""
         out = bytearray()
         for b in data:
-            if b in (0x0D, 0x0A):
+            if b == 0x0A and self.last_input == 0x0D:
+                pass
+            elif b in (0x0D, 0x0A):
                 out += b"\r\n" + PROMPT
             else:
                 out.append(b)
+            self.last_input = b
         return bytes(out)
