@@ -293,6 +293,10 @@ async def _self_signed_loop(server: Server, ns: argparse.Namespace) -> None:
 async def serve(ns: argparse.Namespace, config: Config, kube: KubeClient | None,
                 ready: Callable[[int], None] | None = None) -> None:
     server = Server(config=config, kube=kube)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before anything else: a stop during start-up is clean too
+        loop.add_signal_handler(sig, stop.set)
     if ns.self_signed:
         cert_file, key_file = await _self_signed_start(server, ns)
         cert_file, key_file = ns.tls_cert_file or cert_file, ns.tls_private_key_file or key_file
@@ -311,10 +315,6 @@ async def serve(ns: argparse.Namespace, config: Config, kube: KubeClient | None,
     log.info("serving https://%s:%d (validate, mutate-pod, healthz, readyz, metrics)", ns.address, port)
     if ready:
         ready(port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     renewal = asyncio.create_task(_self_signed_loop(server, ns)) if ns.self_signed else None
     try:
         await stop.wait()
