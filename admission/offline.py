@@ -1,0 +1,182 @@
+"""`ch-admission check` and `ch-admission overhead`: the webhook's rules on files, offline.
+
+Both read YAML or JSON (several `---` documents per file; `-` is standard input) and never
+touch a cluster. `check` sends every VMI-bearing object (VMI, VM, VMI replica set, VM pool)
+through the same `rules.validate()` the server uses, as a CREATE, and prints the verdict, each
+cause's field path and each warning; exit status 1 when any object is denied, 2 when a file
+cannot be read. `overhead` prints, per VMI (owners: their template), the Cloud Hypervisor
+overhead beside KubeVirt's QEMU figure term by term, their totals and ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+import yaml
+
+from admission.config import Config, ConfigError, load_config
+from admission.overhead import (
+    KUBEVIRT_CONSTANTS, ROWS, CHSettings, ch_overhead, kubevirt_overhead,
+)
+from admission.review import parse_review
+from admission.rules import validate, vmi_from_template
+from admission.selection import ANNOTATION, TEMPLATE_PATHS, VALUE, target
+from ch_launcher.kubevirt.quantity import MiB
+from ch_launcher.kubevirt.vmi import InvalidVMI, parse_vmi
+
+
+class InputError(Exception):
+    pass
+
+
+def documents(path: str) -> Iterator[tuple[str, Any]]:
+    """(label, document) for each document of a YAML or JSON file. Raises InputError."""
+    try:
+        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read: {e}") from None
+    try:
+        docs = list(yaml.safe_load_all(text))  # JSON is YAML
+    except yaml.YAMLError as e:
+        raise InputError(f"{path}: not valid YAML or JSON: {e}".replace("\n", " ")) from None
+    for i, doc in enumerate(docs):
+        if doc is None:
+            continue
+        items = doc.get("items") if isinstance(doc, dict) and doc.get("kind", "").endswith("List") else None
+        for j, item in enumerate(items if isinstance(items, list) else [doc]):
+            yield f"{path}#{i}" + (f".items[{j}]" if items is not None else ""), item
+
+
+def _name(doc: Any) -> str:
+    if not isinstance(doc, dict):
+        return "?"
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    return f"{doc.get('kind', '?')} {meta.get('name') or meta.get('generateName') or '?'}"
+
+
+def _review(doc: dict[str, Any]) -> dict[str, Any]:
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "offline", "kind": {"kind": doc.get("kind", "")}, "operation": "CREATE",
+        "namespace": meta.get("namespace") or "default", "name": meta.get("name", ""), "object": doc}}
+
+
+def _select(doc: dict[str, Any]) -> dict[str, Any]:
+    """A copy of an object with the selection set where its VMI template carries it (for --all)."""
+    out = copy.deepcopy(doc)
+    node: Any = out
+    for key in TEMPLATE_PATHS[doc["kind"]]:
+        node = node.setdefault(key, {}) if isinstance(node, dict) else {}
+    if isinstance(node, dict):
+        meta = node.setdefault("metadata", {})
+        if isinstance(meta, dict):
+            anns = meta.setdefault("annotations", {})
+            if isinstance(anns, dict):
+                anns[ANNOTATION] = VALUE
+    return out
+
+
+def check_main(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    try:
+        config = load_config(ns.config)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    denied = checked = 0
+    for path in ns.files:
+        try:
+            docs = list(documents(path))
+        except InputError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        for label, doc in docs:
+            if not isinstance(doc, dict) or doc.get("kind") not in TEMPLATE_PATHS:
+                continue
+            if ns.all:
+                doc = _select(doc)
+            t = target(doc["kind"], doc)
+            if t is None or not t.selected:
+                print(f"{label}: {_name(doc)}: not selected for Cloud Hypervisor ({ANNOTATION}: {VALUE}); "
+                      f"skipped", file=out)
+                continue
+            checked += 1
+            response = validate(parse_review(_review(doc)), config).review["response"]
+            if response["allowed"]:
+                print(f"{label}: {_name(doc)}: allowed", file=out)
+            else:
+                denied += 1
+                print(f"{label}: {_name(doc)}: DENIED", file=out)
+                status = response["status"]
+                for cause in status.get("details", {}).get("causes", []):
+                    print(f"  {cause.get('field') or '-'}: {cause['type']}: {cause['message']}", file=out)
+                if "more validation errors" in status.get("message", ""):
+                    print(f"  ... {status['message'].rsplit(', and ', 1)[1]}", file=out)
+            for warning in response.get("warnings", []):
+                print(f"  warning: {warning}", file=out)
+    print(f"{checked} checked, {denied} denied", file=out)
+    return 1 if denied else 0
+
+
+def _mib(n: int) -> str:
+    return f"{n / MiB:9.1f}"
+
+
+def overhead_table(vmi_doc: dict[str, Any], config: Config, kubevirt: str = "main", arch: str = "amd64") -> str:
+    """The comparison table for one VMI document (raises InvalidVMI if it does not decode)."""
+    vmi = parse_vmi(vmi_doc)
+    settings = CHSettings.from_mib(config.overhead.launcherMiB, config.overhead.vmmMiB)
+    ch = ch_overhead(vmi, settings=settings, arch=arch, ratio=config.overhead.ratio)
+    kv = kubevirt_overhead(vmi, constants=KUBEVIRT_CONSTANTS[kubevirt], arch=arch, ratio=config.overhead.ratio)
+    width = max(len(r.label) for r in ROWS)
+    lines = [f"{'term':<{width}}  {'CH MiB':>9}  {'QEMU MiB':>9}"]
+    for row in ROWS:
+        if ch[row.key] or kv[row.key]:
+            lines.append(f"{row.label:<{width}}  {_mib(ch[row.key])}  {_mib(kv[row.key])}")
+    lines.append(f"{'total':<{width}}  {_mib(ch.total)}  {_mib(kv.total)}")
+    ratio = kv.total / ch.total if ch.total else float("inf")
+    lines.append(f"Cloud Hypervisor needs {ch.total} bytes, KubeVirt {kubevirt} reserves {kv.total} bytes for QEMU: "
+                 f"{ratio:.2f}x less ({ch.total / kv.total:.0%} of QEMU's)")
+    return "\n".join(lines)
+
+
+def overhead_main(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    try:
+        config = load_config(ns.config)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    status, shown = 0, 0
+    for path in ns.files:
+        try:
+            docs = list(documents(path))
+        except InputError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        for label, doc in docs:
+            if not isinstance(doc, dict) or doc.get("kind") not in TEMPLATE_PATHS:
+                continue
+            t = target(doc["kind"], doc)
+            vmi_doc = vmi_from_template(t, "default") if t is not None else None
+            print(f"{label}: {_name(doc)}", file=out)
+            try:
+                if vmi_doc is None:
+                    raise InvalidVMI("no VMI template")
+                print(overhead_table(vmi_doc, config, ns.kubevirt, ns.arch), file=out)
+                shown += 1
+            except (InvalidVMI, ValueError) as e:
+                print(f"  error: {e}", file=out)
+                status = 1
+            print(file=out)
+    if shown == 0 and status == 0:
+        print("no VirtualMachineInstance (or VM, replica set, pool) found", file=sys.stderr)
+        return 1
+    return status
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(json.dumps({"use": "ch-admission check|overhead FILE..."}))

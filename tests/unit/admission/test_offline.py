@@ -1,0 +1,90 @@
+"""`ch-admission check` and `ch-admission overhead` on files."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pytest
+import yaml
+
+from admission.cli import main, parse_args
+from admission.offline import check_main, overhead_main
+from tests.conftest import KUBEVIRT_EXAMPLES, require_shared
+from tests.unit.admission import builders as b
+
+
+def run(argv):
+    ns = parse_args(argv)
+    out = io.StringIO()
+    code = (check_main if ns.command == "check" else overhead_main)(ns, out)
+    return code, out.getvalue()
+
+
+def test_check_prints_each_verdict_with_field_paths_and_exits_1_on_a_denial(tmp_path):
+    path = tmp_path / "objs.yaml"
+    path.write_text(yaml.safe_dump_all([b.vmi(annotations=b.CH), b.vm(b.undecodable_disks(b.vmi(annotations=b.CH), 2)),
+                                        b.vmi(name="plain"), {"kind": "ConfigMap"}]))
+    code, out = run(["check", str(path)])
+    assert code == 1
+    assert f"{path}#0: VirtualMachineInstance testvmi: allowed" in out
+    assert f"{path}#1: VirtualMachine testvm: DENIED" in out
+    assert "  spec.template.spec.domain.devices.disks[1].name: FieldValueInvalid:" in out
+    assert "VirtualMachineInstance plain: not selected" in out
+    assert out.rstrip().endswith("2 checked, 1 denied")
+
+
+def test_check_reads_json_and_lists_and_exits_0_when_all_pass(tmp_path):
+    path = tmp_path / "list.json"
+    path.write_text(json.dumps({"kind": "List", "items": [b.vmi(annotations=b.CH), b.pool(b.vmi(annotations=b.CH))]}))
+    code, out = run(["check", str(path)])
+    assert code == 0 and "2 checked, 0 denied" in out
+
+
+def test_check_all_treats_unannotated_examples_as_selected():
+    path = require_shared(KUBEVIRT_EXAMPLES / "vmi-windows.yaml")
+    code, out = run(["check", "--all", str(path)])
+    assert code == 1 and "spec.domain.devices.interfaces[0].model" in out
+
+
+def test_check_shows_the_tail_beyond_ten_causes(tmp_path):
+    path = tmp_path / "many.yaml"
+    path.write_text(yaml.safe_dump(b.undecodable_disks(b.vmi(annotations=b.CH), 12)))
+    _, out = run(["check", str(path)])
+    assert "  ... 2 more validation errors" in out
+
+
+@pytest.mark.parametrize("content", ["key: [unclosed", None])
+def test_unreadable_files_are_exit_2_with_the_file_named(tmp_path, capsys, content):
+    path = tmp_path / "bad.yaml"
+    if content is not None:
+        path.write_text(content)
+    assert main(["check", str(path)]) == 2
+    assert str(path) in capsys.readouterr().err
+
+
+def test_overhead_on_vmi_fedora_is_at_most_a_third_of_kubevirts():
+    code, out = run(["overhead", str(require_shared(KUBEVIRT_EXAMPLES / "vmi-fedora.yaml"))])
+    assert code == 0
+    total = re.search(r"^total\s+([\d.]+)\s+([\d.]+)$", out, re.M)
+    assert total is not None, out
+    ch, qemu = float(total.group(1)), float(total.group(2))
+    assert ch * 3 <= qemu
+    assert "launcher process (virt-launcher | ch-launcher)" in out and "video RAM" in out
+
+
+def test_overhead_reads_owners_templates(tmp_path):
+    path = tmp_path / "vm.yaml"
+    path.write_text(yaml.safe_dump(b.vm(b.vmi())))
+    code, out = run(["overhead", "--kubevirt", "v1.9.0", str(path)])
+    assert code == 0 and "VirtualMachine testvm" in out and "KubeVirt v1.9.0" in out
+
+
+def test_overhead_reports_a_vmi_with_a_bad_quantity(tmp_path):
+    path = tmp_path / "bad.yaml"
+    obj = b.vmi()
+    obj["spec"]["domain"]["resources"]["requests"]["memory"] = "lots"
+    path.write_text(yaml.safe_dump(obj))
+    code, out = run(["overhead", str(path)])
+    assert code == 1 and "error:" in out
