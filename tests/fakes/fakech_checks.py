@@ -526,9 +526,22 @@ def parse_yaml(text: str) -> Any:
                 i += 1
             sep = "\n" if match.group(2) == "|" else " "
             content = f"{match.group(1)}: {json.dumps(sep.join(body).strip())}"
+        elif content.endswith(":") and i < len(raw) and _plain_continuation(raw[i], indent):
+            # "key:" followed by a multi-line plain scalar (more-indented text, not a key)
+            body = []
+            while i < len(raw) and raw[i].strip() and len(raw[i]) - len(raw[i].lstrip(" ")) > indent:
+                body.append(raw[i].strip())
+                i += 1
+            content = f"{content} {json.dumps(' '.join(body))}"
         lines.append((indent, content))
     value, _ = _block(lines, 0, lines[0][0] if lines else 0)
     return value
+
+
+def _plain_continuation(line: str, indent: int) -> bool:
+    text = line.strip()
+    deeper = len(line) - len(line.lstrip(" ")) > indent
+    return bool(text) and deeper and not text.startswith(("- ", "#")) and not _KEY.match(text)
 
 
 def _strip_comment(s: str) -> str:
