@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from admission.config import EXAMPLE, load_config
-from ch_launcher.convert.context import LauncherEnv
-from ch_launcher.manager import ManagerSettings
+from ch_launcher import cli as launcher_cli
+from ch_launcher.convert.firmware import BIOS_FIRMWARE, EFI_FIRMWARE
 from tests.manifests.containerfile import copy_sources, parse
 from tests.manifests.render import REPO, one
 
@@ -24,8 +24,8 @@ VERSION = PYPROJECT["project"]["version"]
 # SYSTEM_TOOLS uses the same packages for the tests).
 TOOL_PACKAGES = {"dnsmasq": "dnsmasq-base", "qemu-img": "qemu-utils", "busybox": "busybox", "udhcpc": "busybox",
                  "ip": "iproute2", "virtiofsd": "virtiofsd", "nft": "nftables", "iptables": "iptables"}
-# The firmware files the launcher looks for in --firmware-dir (DESIGN.md).
-FIRMWARE_FILES = ("hypervisor-fw", "CLOUDHV.fd")
+# The firmware files the launcher looks for in --firmware-dir.
+FIRMWARE_FILES = (BIOS_FIRMWARE, EFI_FIRMWARE)
 
 
 def built_images() -> dict[str, str]:
@@ -120,11 +120,12 @@ def test_every_download_is_pinned_by_version_and_checked_by_sha256(version_arg, 
 
 
 def test_the_vmm_and_firmware_land_where_the_launcher_looks_for_them():
-    assert ManagerSettings.__dataclass_fields__["ch_binary"].default == "/usr/bin/cloud-hypervisor"
-    firmware_dir = LauncherEnv().firmware_dir
+    """virt-controller never passes --ch-binary or --firmware-dir: the launcher's defaults must be
+    where the image puts cloud-hypervisor and its firmware."""
+    settings = launcher_cli.parse_args(["--name", "x", "--uid", "u", "--namespace", "default"], environ={})
     dests = {d for *_rest, d in DOWNLOADS}
-    assert "/usr/bin/cloud-hypervisor" in dests
-    assert {f"{firmware_dir}/{name}" for name in FIRMWARE_FILES} <= dests
+    assert settings.ch_binary in dests
+    assert {f"{settings.firmware_dir}/{name}" for name in FIRMWARE_FILES} <= dests
     launcher = CONTAINERFILE.stage("launcher")
     assert any(copy_sources(rest) == (["/out/"], "/", "vmm-assets") for rest in launcher.all("COPY"))
 
