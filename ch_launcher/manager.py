@@ -759,7 +759,11 @@ class DomainManager:
 
 
 def read_pod_facts(environ: Mapping[str, str] | None = None, sys_root: str = "/sys") -> PodFacts:
-    """What translation needs from the pod: environment, the container's cpuset, link MTUs."""
+    """What translation needs from the pod: environment, the container's cpuset, link MTUs and
+    MACs, and the network-info downward-API file (SR-IOV and vhost-user device info; its path
+    can be moved with env CH_NETWORK_INFO, for tests)."""
+    from ch_launcher.convert.netinfo import NETWORK_INFO_PATH
+
     cpuset: tuple[int, ...] = ()
     for path in (f"{sys_root}/fs/cgroup/cpuset.cpus.effective", f"{sys_root}/fs/cgroup/cpuset/cpuset.cpus"):
         try:
@@ -772,11 +776,18 @@ def read_pod_facts(environ: Mapping[str, str] | None = None, sys_root: str = "/s
         with contextlib.suppress(AttributeError, OSError):
             cpuset = tuple(sorted(os.sched_getaffinity(0)))
     mtus: dict[str, int] = {}
+    macs: dict[str, str] = {}
     with contextlib.suppress(OSError):
         for link in os.listdir(f"{sys_root}/class/net"):
             with contextlib.suppress(OSError, ValueError), open(f"{sys_root}/class/net/{link}/mtu") as f:
                 mtus[link] = int(f.read().strip())
-    return PodFacts(environ=dict(os.environ if environ is None else environ), cpuset=cpuset, link_mtu=mtus)
+            with contextlib.suppress(OSError), open(f"{sys_root}/class/net/{link}/address") as f:
+                macs[link] = f.read().strip()
+    pod_env = dict(os.environ if environ is None else environ)
+    network_info = None
+    with contextlib.suppress(OSError), open(pod_env.get("CH_NETWORK_INFO", NETWORK_INFO_PATH), errors="replace") as f:
+        network_info = f.read()
+    return PodFacts(environ=pod_env, cpuset=cpuset, link_mtu=mtus, link_mac=macs, network_info=network_info)
 
 
 def parse_cpu_list(text: str) -> tuple[int, ...]:
