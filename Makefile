@@ -6,8 +6,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
 # Debian packages the tests use: dnsmasq (the guest's DHCP server), busybox (udhcpc as the guest's
-# DHCP client), qemu-utils (qemu-img checks the qcow2 overlays we write), iproute2 (network namespaces).
-SYSTEM_TOOLS := dnsmasq:dnsmasq-base busybox:busybox qemu-img:qemu-utils ip:iproute2
+# DHCP client), qemu-utils (qemu-img checks the qcow2 overlays we write), iproute2 (network namespaces),
+# wrk (bench/admission.py's load generator).
+SYSTEM_TOOLS := dnsmasq:dnsmasq-base busybox:busybox qemu-img:qemu-utils ip:iproute2 wrk:wrk
 
 .PHONY: all demo test venv system-deps lint bench proto clean
 
@@ -40,7 +41,7 @@ test: $(STAMP) system-deps
 	$(VENV)/bin/lint-imports --config .importlinter
 	$(PY) -m pytest
 
-bench: $(STAMP)
+bench: $(STAMP) system-deps
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 
 proto: $(STAMP)
