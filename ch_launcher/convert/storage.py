@@ -42,6 +42,7 @@ import base64
 import binascii
 import posixpath
 from dataclasses import dataclass, field
+from typing import Any
 
 from ch_launcher.ch.vmconfig import DiskConfig, ImageType
 from ch_launcher.convert.context import Translation
@@ -168,12 +169,14 @@ def _disk(t: Translation, path: str, disk: Disk, vi: int, volume: Volume, cloud_
         t.unsupported(f"{path}.name", f"{path}.name '{disk.name}' may not start with '_': Cloud Hypervisor "
                       "reserves such device ids", "FieldValueInvalid")
         return None
-    config = DiskConfig(id=disk.name, path=image.path, image_type=image.image_type)
+    # Fields are gathered first and the model built once: assignments to a VmConfig model are
+    # validated one by one, which shows in the webhook's throughput on VMIs with many disks.
+    config: dict[str, Any] = {"id": disk.name, "path": image.path, "image_type": image.image_type}
     if image.backing_files is not None:
-        config.backing_files = image.backing_files
+        config["backing_files"] = image.backing_files
     readonly = image.readonly or bool(disk.disk and disk.disk.readonly)
     if readonly:
-        config.readonly = True
+        config["readonly"] = True
     if not _disk_options(t, path, disk, config):
         return None
     devices = t.vmi.spec.domain.devices
@@ -181,12 +184,12 @@ def _disk(t: Translation, path: str, disk: Disk, vi: int, volume: Volume, cloud_
     if devices.blockMultiQueue and boot_vcpus > 1:
         # KubeVirt gives each virtio disk one queue per vCPU; Cloud Hypervisor allows at most
         # the boot vCPUs (`Queue count ... must not exceed boot vCPUs`).
-        config.num_queues = boot_vcpus
+        config["num_queues"] = boot_vcpus
     t.steps.extend(image.steps)
     domain = DomainDisk(alias=disk.name, target_dev="", readonly=readonly, serial=disk.serial,
                         source_file="" if image.block else image.path, source_dev=image.path if image.block else "",
                         image_type="qcow2" if image.image_type == "Qcow2" else "raw")
-    return config, domain
+    return DiskConfig(**config), domain
 
 
 def _check_disk_device(t: Translation, path: str, disk: Disk) -> bool:
@@ -211,7 +214,7 @@ def _check_disk_device(t: Translation, path: str, disk: Disk) -> bool:
     return ok
 
 
-def _disk_options(t: Translation, path: str, disk: Disk, config: DiskConfig) -> bool:
+def _disk_options(t: Translation, path: str, disk: Disk, config: dict[str, Any]) -> bool:
     ok = True
     if disk.serial:
         if len(disk.serial.encode()) > MAX_SERIAL_BYTES:
@@ -219,7 +222,7 @@ def _disk_options(t: Translation, path: str, disk: Disk, config: DiskConfig) -> 
                           "bytes, the most a virtio disk serial holds", "FieldValueInvalid")
             ok = False
         else:
-            config.serial = disk.serial
+            config["serial"] = disk.serial
     cache = disk.cache
     if disk.shareable:
         if cache not in ("", "none"):
@@ -230,7 +233,7 @@ def _disk_options(t: Translation, path: str, disk: Disk, config: DiskConfig) -> 
         t.warn(f"{path}.shareable", "Cloud Hypervisor locks writable images: a second VM on a shared "
                "file fails to boot (block volumes are fine)")
     if cache == "none":
-        config.direct = True
+        config["direct"] = True
     elif cache == "writethrough":
         t.warn(f"{path}.cache", "Cloud Hypervisor has no writethrough mode: writes are cached until "
                "the guest flushes")
