@@ -263,3 +263,16 @@ def test_vm_shutdown_keeps_the_config_so_the_vm_boots_again(table: Table) -> Non
     assert table.state() == CREATED
     table.c.boot()
     assert table.state() == RUNNING
+
+
+def test_a_resize_while_a_vcpu_removal_is_pending_is_429_and_a_conflict(table: Table) -> None:
+    if table.vmm.backend.real:
+        pytest.skip("needs the simulated guest's vCPU removal delay")
+    table.reach(RUNNING)
+    table.c.resize(desired_vcpus=2)
+    table.c.resize(desired_vcpus=1)  # the guest now removes a vCPU, asynchronously
+    with pytest.raises(Conflict) as info:
+        table.c.resize(desired_vcpus=2)
+    assert info.value.status == 429
+    assert info.value.mentions("Too Many Requests")
+    assert not info.value.already_in_state()
