@@ -136,9 +136,12 @@ def test_the_launcher_image_installs_exactly_the_programs_the_launcher_runs():
     source = "\n".join(p.read_text() for p in (REPO / "ch_launcher").rglob("*.py"))
     used = {tool for tool in TOOL_PACKAGES
             if re.search(r"""["'](?:/[\w/]*/)?""" + re.escape(tool) + r"""["']""", source)}
-    launcher_run = CONTAINERFILE.stage("launcher").run_text()
-    m = re.search(r"apt-get install -y --no-install-recommends ([^&]+)", launcher_run)
-    installed = set(m.group(1).split()) if m else set()
+    installed = set()
+    for run in CONTAINERFILE.stage("launcher").all("RUN"):
+        for m in re.finditer(r"apt-get install -y --no-install-recommends ([^&]+)", run):
+            installed |= set(m.group(1).split())
+        for m in re.finditer(r"apt-get purge -y(?: --auto-remove)? ([^&]+)", run):
+            installed -= set(m.group(1).split())  # build-time helpers, gone from the image
     assert installed == {TOOL_PACKAGES[t] for t in used}, (
         f"the launcher runs {sorted(used) or 'no external program'}; the launcher image installs {sorted(installed)}")
 
@@ -157,6 +160,17 @@ def test_both_images_run_as_non_root(default_install):
     admission_user = CONTAINERFILE.stage("admission").all("USER")[-1]
     pod = one(default_install, "Deployment", "ch-admission")["spec"]["template"]["spec"]
     assert admission_user == f"{pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}"
+
+
+def test_the_launcher_can_bind_the_dhcp_port_as_uid_107():
+    """The non-root launcher's DHCP server binds port 67: the interpreter that runs ch-launcher
+    carries cap_net_bind_service as a file capability, as virt-launcher's binary does."""
+    from ch_launcher.dhcp.server import SERVER_PORT
+    assert SERVER_PORT < 1024
+    run = CONTAINERFILE.stage("launcher").run_text()
+    assert 'python="$(readlink -f /opt/kubevirt-ch/bin/python)"' in run
+    assert 'setcap cap_net_bind_service=+ep "$python"' in run
+    assert 'getcap "$python" | grep -q cap_net_bind_service' in run
 
 
 def test_the_launcher_image_keeps_var_run_a_symlink_to_run():
