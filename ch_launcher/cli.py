@@ -202,21 +202,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 async def run(settings: Settings) -> int:
     """Serve one VMI until it is gone; the exit status of the process."""
-    from ch_launcher.convert import LauncherEnv
     from ch_launcher.manager import DomainManager, ManagerSettings
     from ch_launcher.notify import Notifier
     from ch_launcher.server import LauncherServer
 
     for d in (settings.sockets_dir, settings.private_dir):
         os.makedirs(d, exist_ok=True)
-    env = LauncherEnv(private_dir=settings.private_dir, share_dir=settings.share_dir,
-                      ephemeral_disk_dir=settings.ephemeral_disk_dir,
-                      container_disk_dir=settings.container_disk_dir,
-                      hotplug_disk_dir=settings.hotplug_disk_dir.rstrip("/") or "/",
-                      firmware_dir=settings.firmware_dir)
     notifier = Notifier(settings.notify_socket)
-    manager = DomainManager(ManagerSettings(env=env, ch_binary=settings.ch_binary, name=settings.name,
-                                            namespace=settings.namespace, uid=settings.uid), notifier)
+    manager = DomainManager(ManagerSettings(
+        private_dir=settings.private_dir, share_dir=settings.share_dir,
+        ephemeral_disk_dir=settings.ephemeral_disk_dir, container_disk_dir=settings.container_disk_dir,
+        hotplug_disk_dir=settings.hotplug_disk_dir.rstrip("/") or "/", firmware_dir=settings.firmware_dir,
+        ch_binary=settings.ch_binary, name=settings.name, namespace=settings.namespace, uid=settings.uid), notifier)
     stop = asyncio.Event()
     early_exit = asyncio.Event()
     server = LauncherServer(manager, settings.sockets_dir, on_early_exit=early_exit.set)
@@ -227,8 +224,8 @@ async def run(settings: Settings) -> int:
         loop.add_signal_handler(signal.SIGCHLD, reap_orphans, manager)
     code = 1
     try:
-        await manager.start()
         await server.start()
+        await manager.start()  # imports what Sync needs and starts the VMM, in the background
         code = await supervise(manager, settings, stop, early_exit)
     except Exception:
         log.exception("ch-launcher failed")

@@ -239,6 +239,19 @@ class LauncherProcess:
                 os.kill(pid, signal.SIGKILL)
         return self.popen.returncode
 
+    def kill(self) -> int | None:
+        """SIGKILL the launcher and every descendant seen (for test teardown)."""
+        if self.popen is None:
+            return None
+        self._remember_descendants()
+        for pid in self._descendants:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+        return self.popen.wait()
+
     def log_text(self) -> str:
         try:
             return self.layout.log_file.read_text(errors="replace")

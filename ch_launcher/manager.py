@@ -27,23 +27,36 @@ import collections
 import concurrent.futures
 import contextlib
 import functools
+import importlib
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ch_launcher import lifecycle, prepare
-from ch_launcher.ch.api import ChApiError, Conflict, VmNotCreated
+from ch_launcher import lifecycle
 from ch_launcher.ch.events import Event, EventFifo, EventStreamParser, open_event_fifo
-from ch_launcher.ch.process import VmmProcess, VmmStartError
 from ch_launcher.console import ConsoleError, SerialConsole
-from ch_launcher.convert import LauncherEnv, LauncherOptions, Plan, PodFacts, UnsupportedFeatures, translate
 from ch_launcher.kubevirt.domain import (
     DomainView, GracePeriod, LifeCycle, Reason, deleted_domain_view, domain_json, now_rfc3339,
 )
-from ch_launcher.kubevirt.vmi import VirtualMachineInstance
 from ch_launcher.lifecycle import Intent, Step, VmState
+
+if TYPE_CHECKING:
+    from ch_launcher.ch.process import VmmProcess
+    from ch_launcher.convert import LauncherEnv, LauncherOptions, Plan, PodFacts
+    from ch_launcher.kubevirt.vmi import VirtualMachineInstance
+
+# What the first Sync needs and readiness does not (pydantic models, requests, the configurators):
+# about 0.3 s of imports, so `preload()` runs them in a thread once the command socket is ready.
+HEAVY_MODULES = ("ch_launcher.kubevirt.vmi", "ch_launcher.ch.api", "ch_launcher.ch.process", "ch_launcher.convert",
+                 "ch_launcher.prepare", "ch_launcher.dhcp", "ch_launcher.stats")
+
+
+def preload() -> None:
+    for name in HEAVY_MODULES:
+        importlib.import_module(name)
+
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -70,7 +83,12 @@ class EventSink(Protocol):
 class ManagerSettings:
     """Where things live and how long to wait. Every path derives from the launcher's flags."""
 
-    env: LauncherEnv                      # directories (share, private, disks, firmware)
+    private_dir: str = "/var/run/kubevirt-private"
+    share_dir: str = "/var/run/kubevirt"
+    ephemeral_disk_dir: str = "/var/run/kubevirt-ephemeral-disks"
+    container_disk_dir: str = "/var/run/kubevirt/container-disks"
+    hotplug_disk_dir: str = "/var/run/kubevirt/hotplug-disks"
+    firmware_dir: str = "/usr/share/cloud-hypervisor"
     ch_binary: str = "/usr/bin/cloud-hypervisor"
     name: str = ""                        # --name / --namespace / --uid: the VMI until a Sync says more
     namespace: str = ""
@@ -82,9 +100,17 @@ class ManagerSettings:
     stop_timeout: float = 3.0             # each stage of vmm.shutdown -> SIGTERM -> SIGKILL
     vmm_env: Mapping[str, str] | None = None  # None: the launcher's own environment
 
+    def launcher_env(self, pod: PodFacts | None = None) -> LauncherEnv:
+        """The translator's view of these directories (imported late: see HEAVY_MODULES)."""
+        from ch_launcher.convert import LauncherEnv
+
+        return LauncherEnv(private_dir=self.private_dir, share_dir=self.share_dir,
+                           ephemeral_disk_dir=self.ephemeral_disk_dir, container_disk_dir=self.container_disk_dir,
+                           hotplug_disk_dir=self.hotplug_disk_dir, firmware_dir=self.firmware_dir, pod=pod)
+
     @property
     def vmm_paths(self) -> tuple[str, str, str]:
-        d = self.vmm_dir or os.path.join(self.env.private_dir, "ch")
+        d = self.vmm_dir or os.path.join(self.private_dir, "ch")
         return os.path.join(d, "api.sock"), os.path.join(d, "events"), os.path.join(d, "ch.log")
 
 
@@ -125,8 +151,9 @@ class DomainManager:
         self._vm = _Vm()
         self._vmi: VirtualMachineInstance | None = None
         self._plan: Plan | None = None
-        self._options = LauncherOptions()
+        self._options: LauncherOptions | None = None
         self._vmm: VmmProcess | None = None
+        self._spawned: list[VmmProcess] = []  # every VMM ever started, so close() leaves none behind
         self._fifo: EventFifo | None = None
         self._parser = EventStreamParser()
         self._console: SerialConsole | None = None
@@ -171,6 +198,7 @@ class DomainManager:
         Counters the VMM cannot give within `timeout` are left out, never an error."""
         import json
 
+        from ch_launcher.ch.api import ChApiError
         from ch_launcher.stats import domain_stats
 
         vmm, plan, vmi = self._vmm, self._plan, self._vmi
@@ -210,7 +238,12 @@ class DomainManager:
         """Start the event pump and, in the background, the VMM (so the first Sync finds it up).
         A VMM that cannot start is logged here and reported by the first Sync."""
         self._pump_task = asyncio.create_task(self._pump(), name="domain-events")
-        self._background(self._locked("start", self._ensure_vmm_quietly))
+
+        async def warm_up() -> None:
+            await asyncio.to_thread(preload)
+            await self._ensure_vmm_quietly()
+
+        self._background(self._locked("start", warm_up))
 
     async def close(self) -> None:
         """Stop the VMM (if any), the console, DHCP and the pump; release everything. Idempotent."""
@@ -219,11 +252,13 @@ class DomainManager:
         self._closed = True
         for task in list(self._tasks):
             task.cancel()
-        vmm = self._vmm
-        if vmm is not None:
-            self._vm.killing = True
-            with contextlib.suppress(Exception):  # own thread: the REST worker may be stuck on a hung call
-                await asyncio.to_thread(vmm.terminate, self.settings.stop_timeout, self.settings.stop_timeout)
+        self._vm.killing = True
+        for vmm in self._spawned:
+            if vmm.poll() is None:
+                # Its own thread: the REST worker may be stuck on a hung call. Short waits: at this
+                # point a VM that mattered has been stopped already.
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(vmm.terminate, 1.0, 2.0)
             self._release_vmm(vmm)
         await self._stop_console_and_dhcp()
         if self._fifo is not None:
@@ -306,6 +341,8 @@ class DomainManager:
             self._publish()
         elif step is Step.TRANSLATE:
             assert vmi is not None
+            from ch_launcher.convert import LauncherOptions
+
             self._options = options or LauncherOptions()
             self._plan = await self._translate(vmi, self._options)
         elif step is Step.PREPARE:
@@ -343,7 +380,9 @@ class DomainManager:
             await self._forget()
 
     async def _translate(self, vmi: VirtualMachineInstance, options: LauncherOptions) -> Plan:
-        env = replace(self.settings.env, pod=read_pod_facts())
+        from ch_launcher.convert import UnsupportedFeatures, translate
+
+        env = self.settings.launcher_env(read_pod_facts())
         try:
             return await self._in_worker(translate, vmi, env, options)
         except UnsupportedFeatures as e:
@@ -351,6 +390,8 @@ class DomainManager:
             raise CommandFailed(f"the VMI cannot run on Cloud Hypervisor: {causes}") from None
 
     async def _prepare(self) -> None:
+        from ch_launcher import prepare
+
         assert self._plan is not None
         try:
             await self._in_worker(functools.partial(prepare.execute, self._plan,
@@ -361,6 +402,8 @@ class DomainManager:
         self._start_dhcp()
 
     async def _ensure_vmm(self) -> VmmProcess:
+        from ch_launcher.ch.process import VmmProcess, VmmStartError
+
         vmm = self._vmm
         if vmm is not None and vmm.poll() is None:
             return vmm
@@ -374,10 +417,14 @@ class DomainManager:
             loop.add_reader(self._fifo.read_fd, self._read_events)
         self._read_events()
         self._parser = EventStreamParser()  # a dead VMM may have left half an event behind
+        def spawn() -> VmmProcess:
+            vmm = VmmProcess.spawn(self.settings.ch_binary, api_socket=api_socket, event_monitor=events,
+                                   log_file=log_file, env=self.settings.vmm_env)
+            self._spawned.append(vmm)  # known to close() even if this coroutine is cancelled now
+            return vmm
+
         try:
-            vmm = await self._api(functools.partial(
-                VmmProcess.spawn, self.settings.ch_binary, api_socket=api_socket, event_monitor=events,
-                log_file=log_file, env=self.settings.vmm_env))
+            vmm = await self._api(spawn)
         except VmmStartError as e:
             raise CommandFailed(f"cannot start cloud-hypervisor: {e}") from None
         self._vmm = vmm
@@ -402,6 +449,8 @@ class DomainManager:
             log.error("%s", e)
 
     async def _create(self) -> None:
+        from ch_launcher.ch.api import ChApiError, Conflict
+
         assert self._plan is not None and self._vmm is not None
         client = self._vmm.client
         for attempt in (1, 2):
@@ -416,6 +465,8 @@ class DomainManager:
                 raise CommandFailed(f"cloud-hypervisor refused the VM configuration: {e}") from None
 
     async def _boot(self) -> None:
+        from ch_launcher.ch.api import ChApiError
+
         assert self._vmm is not None and self._vmi is not None
         client = self._vmm.client
         try:
@@ -433,6 +484,8 @@ class DomainManager:
 
     async def _vm_call(self, what: str, call: Callable[[Any], None], new_state: VmState | None,
                        undo: Callable[[], None] | None = None) -> None:
+        from ch_launcher.ch.api import ChApiError, Conflict, VmNotCreated
+
         vmm = self._vmm
         if vmm is None:
             raise CommandFailed(lifecycle.NOT_RUNNING)
@@ -654,8 +707,8 @@ class DomainManager:
         plan, vmi = self._plan, self._vmi
         if self._console is not None or plan is None or vmi is None or not plan.serial_socket:
             return
-        vmi_dir = os.path.join(self.settings.env.private_dir, vmi.metadata.uid)
-        options_log = not self._options.serial_console_log_disabled
+        vmi_dir = os.path.join(self.settings.private_dir, vmi.metadata.uid)
+        options_log = not (self._options is not None and self._options.serial_console_log_disabled)
         console = SerialConsole(plan.serial_socket, os.path.join(vmi_dir, "virt-serial0"),
                                 os.path.join(vmi_dir, "virt-serial0-log") if options_log else None)
         try:
@@ -678,18 +731,16 @@ class DomainManager:
         self._background(attach())
 
     def _start_dhcp(self) -> None:
-        # DHCP for bridge/masquerade guests (H4, ch_launcher.dhcp.start_dhcp(plan, vmi, env) -> handle
-        # with .stop()). Call site kept here until that module offers it.
-        if self._dhcp is not None:
-            return
-        from ch_launcher import dhcp
+        """DHCP for bridge/masquerade interfaces (the Plan says which), before the guest boots."""
+        from ch_launcher.dhcp import DhcpError, start_dhcp
 
-        start_dhcp = getattr(dhcp, "start_dhcp", None)
-        if start_dhcp is None or self._plan is None:
+        plan, vmi = self._plan, self._vmi
+        if self._dhcp is not None or plan is None or vmi is None:
             return
+        hostname = vmi.spec.hostname or vmi.metadata.name  # what virt-launcher offers the guest
         try:
-            self._dhcp = start_dhcp(self._plan, self._vmi, self.settings.env)
-        except Exception as e:  # noqa: BLE001 - the message goes back to virt-handler
+            self._dhcp = start_dhcp(plan, self.settings.launcher_env(), hostname=hostname)
+        except DhcpError as e:
             raise CommandFailed(f"cannot serve DHCP to the guest: {e}") from None
 
     async def _stop_console_and_dhcp(self) -> None:
@@ -762,6 +813,7 @@ def read_pod_facts(environ: Mapping[str, str] | None = None, sys_root: str = "/s
     """What translation needs from the pod: environment, the container's cpuset, link MTUs and
     MACs, and the network-info downward-API file (SR-IOV and vhost-user device info; its path
     can be moved with env CH_NETWORK_INFO, for tests)."""
+    from ch_launcher.convert import PodFacts
     from ch_launcher.convert.netinfo import NETWORK_INFO_PATH
 
     cpuset: tuple[int, ...] = ()

@@ -27,7 +27,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -35,10 +35,12 @@ from ch_launcher._proto import kubevirt_cmd_info_pb2 as info_pb2
 from ch_launcher._proto import kubevirt_cmd_info_pb2_grpc as info_grpc
 from ch_launcher._proto import kubevirt_cmd_v1_pb2 as pb
 from ch_launcher._proto import kubevirt_cmd_v1_pb2_grpc as cmd_grpc
-from ch_launcher.convert import LauncherOptions, SMBios
-from ch_launcher.kubevirt.vmi import InvalidVMI, VirtualMachineInstance, parse_vmi
 from ch_launcher.lifecycle import Intent
 from ch_launcher.manager import CommandFailed, DomainManager
+
+if TYPE_CHECKING:  # imported when first needed: readiness must not wait for pydantic models
+    from ch_launcher.convert import LauncherOptions
+    from ch_launcher.kubevirt.vmi import VirtualMachineInstance
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +110,8 @@ def failure(message: str) -> pb.Response:
 
 def launcher_options(options: pb.VirtualMachineOptions) -> LauncherOptions:
     """The parts of `VirtualMachineOptions` translation uses."""
+    from ch_launcher.convert import LauncherOptions, SMBios
+
     sm = options.VirtualMachineSMBios
     return LauncherOptions(
         smbios=SMBios(manufacturer=sm.manufacturer, product=sm.product, version=sm.version, sku=sm.sku,
@@ -121,6 +125,8 @@ def launcher_options(options: pb.VirtualMachineOptions) -> LauncherOptions:
 
 def decode_vmi(payload: bytes) -> VirtualMachineInstance:
     """The VMI of a request; raises CommandFailed with the Go launcher's text (details logged)."""
+    from ch_launcher.kubevirt.vmi import InvalidVMI, parse_vmi
+
     try:
         return parse_vmi(payload)
     except InvalidVMI as e:

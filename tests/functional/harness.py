@@ -1,0 +1,151 @@
+"""A virt-handler stand-in around one real ch-launcher process on the simulated VMM.
+
+`Harness` owns an asyncio loop (the tests are plain functions), a short temporary root (unix
+socket paths are limited to 107 bytes), the Notify recorder, the Cmd client and the launcher
+process; `close()` stops all of them and kills every process the launcher started, so a failing
+test leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import os
+import shutil
+import signal
+import tempfile
+import uuid
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ch_launcher.demo import (
+    FAKE_CH, CmdClient, LauncherLayout, LauncherProcess, NotifyRecorder, container_disk_images, fake_firmware,
+)
+
+T = TypeVar("T")
+
+
+def make_vmi(name: str = "testvmi", *, uid: str | None = None, grace: int | None = 30, **spec_extra: Any) -> dict[str, Any]:
+    """A small VMI the translator accepts: a containerDisk, an emptyDisk, cloud-init, no NICs."""
+    vmi: dict[str, Any] = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": name, "namespace": "default", "uid": uid or str(uuid.uuid4()),
+                     "annotations": {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"}},
+        "spec": {
+            "domain": {
+                "cpu": {"cores": 1},
+                "memory": {"guest": "128Mi"},
+                "resources": {"requests": {"memory": "128Mi"}},
+                "firmware": {"uuid": "5d307ca9-b3ef-428c-8861-06e72d69f223"},
+                "devices": {
+                    "autoattachPodInterface": False,
+                    "disks": [{"name": "containerdisk", "disk": {"bus": "virtio"}},
+                              {"name": "scratch", "disk": {"bus": "virtio"}},
+                              {"name": "cloudinitdisk", "disk": {"bus": "virtio"}}],
+                },
+            },
+            "volumes": [
+                {"name": "containerdisk", "containerDisk": {"image": "registry:5000/cirros:devel"}},
+                {"name": "scratch", "emptyDisk": {"capacity": "64Mi"}},
+                {"name": "cloudinitdisk", "cloudInitNoCloud": {"userData": "#cloud-config\n"}},
+            ],
+        },
+        "status": {"phase": "Scheduled"},
+    }
+    if grace is not None:
+        vmi["spec"]["terminationGracePeriodSeconds"] = grace
+    vmi["spec"]["domain"]["devices"].update(spec_extra.pop("devices", {}))
+    vmi["spec"].update(spec_extra)
+    return vmi
+
+
+class Harness:
+    """One launcher, one VMI, and virt-handler's two sides."""
+
+    def __init__(self, *, vmi: dict[str, Any] | None = None, env: dict[str, str] | None = None,
+                 grace_period_seconds: int = 45, qemu_timeout: str = "60s", notify: bool = True) -> None:
+        self.runner = asyncio.Runner()
+        self.root = Path(tempfile.mkdtemp(prefix="kc", dir="/tmp"))
+        self.layout = LauncherLayout(self.root).create()
+        self.vmi = vmi or make_vmi()
+        self.request_log = self.root / "requests.jsonl"
+        self.env = dict(os.environ)
+        self.env.update({"FAKE_CH_REQUEST_LOG": str(self.request_log), **(env or {})})
+        self.grace_period_seconds = grace_period_seconds
+        self.qemu_timeout = qemu_timeout
+        self.recorder = NotifyRecorder(self.layout.notify_socket)
+        self.with_notify = notify
+        self.launcher: LauncherProcess | None = None
+        self.client: CmdClient | None = None
+        fake_firmware(self.layout)
+        container_disk_images(self.vmi, self.layout, size=16 << 20)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.runner.run(coro)
+
+    async def start(self, *, wait_ready: bool = True) -> Harness:
+        if self.with_notify:
+            await self.recorder.start()
+        meta = self.vmi["metadata"]
+        self.launcher = LauncherProcess(self.layout, name=meta["name"], namespace=meta["namespace"],
+                                        uid=meta["uid"], ch_binary=str(FAKE_CH), env=self.env,
+                                        grace_period_seconds=self.grace_period_seconds,
+                                        qemu_timeout=self.qemu_timeout).start()
+        if wait_ready:
+            await self.launcher.wait_ready(15.0)
+            self.client = CmdClient(self.layout.cmd_socket)
+        return self
+
+    async def boot(self) -> None:
+        """Start, Sync, and wait for the Running event (then the VMI is Running, as virt-handler
+        would record it)."""
+        await self.start()
+        assert self.client is not None
+        await self.client.sync(self.vmi)
+        await self.recorder.wait_for_status("Running", timeout=15)
+        self.vmi["status"]["phase"] = "Running"
+
+    def requests(self, endpoint: str | None = None) -> list[dict[str, Any]]:
+        """The VMM's requests (FAKE_CH_REQUEST_LOG), optionally only those to `endpoint`."""
+        if not self.request_log.exists():
+            return []
+        entries = [json.loads(line) for line in self.request_log.read_text().splitlines() if line.strip()]
+        return [e for e in entries if endpoint is None or e.get("path", "").endswith("/" + endpoint)]
+
+    def vmm_pid(self) -> int:
+        assert self.launcher is not None
+        children = self.launcher.children()
+        assert children, f"the launcher has no VMM child\n{self.launcher.log_text()}"
+        return children[0]
+
+    def signal_vmm(self, sig: int) -> int:
+        pid = self.vmm_pid()
+        os.kill(pid, sig)
+        return pid
+
+    def vmi_copy(self) -> dict[str, Any]:
+        return copy.deepcopy(self.vmi)
+
+    def log_text(self) -> str:
+        return self.launcher.log_text() if self.launcher is not None else ""
+
+    def close(self) -> None:
+        try:
+            if self.client is not None:
+                self.run(self.client.close())
+            if self.launcher is not None:
+                self.launcher.kill()
+            self.run(self.recorder.stop())
+        finally:
+            self.runner.close()
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def kill_quietly(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
