@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from admission import cli as admission_cli
+from admission.selection import target
 from tests.manifests import samples
 from tests.manifests.cel import old_object_outside_update, unguarded_accesses, webhook_matches
 from tests.manifests.render import one
@@ -150,3 +151,12 @@ def test_launcher_pods_of_other_vmis_never_reach_the_server(webhooks):
     (hook,) = mutating(webhooks)
     for annotations in (None, {}, samples.OTHER, samples.UNRELATED):
         assert not webhook_matches(hook, "Pod", samples.launcher_pod(annotations))
+
+
+@pytest.mark.parametrize("kind,obj", [(k, o) for k, o, _ in samples.SELECTED_ON_CREATE if k != "Pod"]
+                         + samples.OWNER_ANNOTATED_ON_ITSELF)
+def test_the_webhooks_send_exactly_what_the_server_treats_as_selected(webhooks, kind, obj):
+    """The matchConditions and the server's own selection (admission/selection.py) agree: nothing
+    the server would check is kept from it, and nothing it ignores is sent."""
+    (hook,) = [h for h in validating(webhooks).values() if VALIDATING_WEBHOOKS[h["name"]][0] == kind]
+    assert webhook_matches(hook, kind, obj) is target(kind, obj).selected
