@@ -196,9 +196,10 @@ _EVENT_STATE: dict[str, VmState] = {
     "guest:panic": VmState.PANICKED,
 }
 
-# Events after which a MODIFIED Domain is sent even when the state did not change (a guest
-# reboot keeps the VM Running, but virt-handler hears of it as libvirt's reboot event).
-NOTIFY_EVENTS = frozenset({"vm:booted", "vm:paused", "vm:resumed", "vm:rebooted", "vm:shutdown", "guest:panic"})
+# Events after which a MODIFIED Domain is sent even when the state did not change: a guest
+# reboot keeps the VM Running, but virt-handler hears of it (libvirt sends a reboot event). Other
+# events announce themselves through the state change they cause, once.
+NOTIFY_EVENTS = frozenset({"vm:rebooted"})
 
 
 def down_reason(*, saw_shutdown: bool, killing: bool, state: VmState) -> Reason:

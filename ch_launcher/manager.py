@@ -492,10 +492,12 @@ class DomainManager:
         try:
             await self._api(call, vmm.client)
         except ChApiError as e:
+            if isinstance(e, Conflict) and e.already_in_state():
+                if new_state is not None:
+                    self._set_state(new_state)
+                return
             if undo is not None:
                 undo()
-            if isinstance(e, Conflict) and e.already_in_state():
-                return
             if isinstance(e, VmNotCreated):
                 raise CommandFailed(lifecycle.DOMAIN_NOT_FOUND) from None
             raise CommandFailed(f"{what} failed: {e}") from None
@@ -554,7 +556,7 @@ class DomainManager:
             vm.panic_count += 1
             self._k8s_event("Warning", "GuestPanicked", f"the guest kernel panicked ({event.properties or {}})")
         if new is not None or name in lifecycle.NOTIFY_EVENTS:
-            self._set_state(new or vm.state, force=name in lifecycle.NOTIFY_EVENTS and new is None)
+            self._set_state(new or vm.state, force=name in lifecycle.NOTIFY_EVENTS)
         if name == "vm:rebooted":
             self._attach_console()
 
