@@ -74,6 +74,13 @@ def test_eviction_without_migration_is_fine(strategy):
     assert refused(vmi(evictionStrategy=strategy)).problems == []
 
 
+def test_starting_paused_is_refused_until_the_launcher_can_hold_a_vm_before_boot(monkeypatch):
+    t = refused(vmi(startStrategy="Paused"))
+    assert fields(t.problems) == ["spec.startStrategy"]
+    monkeypatch.setattr(policy, "START_PAUSED_SUPPORTED", True)
+    assert refused(vmi(startStrategy="Paused")).problems == []
+
+
 def test_a_field_another_configurator_refused_is_not_refused_twice():
     t = translation(with_domain(cpu={"realtime": {}}))
     t.unsupported("spec.domain.cpu.realtime", "refused by compute")
