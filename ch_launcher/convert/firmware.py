@@ -89,6 +89,15 @@ def _configure_kernel_boot(t: Translation) -> bool:
             path = f"{base}.container"
             t.unsupported(path, f"{path} must set kernelPath (and optionally initrdPath)", "FieldValueRequired")
         return True
+    ok = True
+    for name in ("kernelPath", "initrdPath"):
+        value = getattr(container, name)
+        if value and not posixpath.basename(value):
+            path = f"{base}.container.{name}"
+            t.unsupported(path, f"{path} '{value}' must name a file", "FieldValueInvalid")
+            ok = False
+    if not ok:
+        return True
     kernel = kernel_boot_path(t, container.kernelPath)
     payload = PayloadConfig(kernel=kernel, cmdline=kb.kernelArgs or None)
     t.steps.append(RequireFile(field=f"{base}.container.kernelPath", path=kernel,

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import posixpath
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,9 +130,7 @@ def configure_storage(t: Translation) -> None:
     configs: list[DiskConfig] = []
     for n, (boot_order, _, config, domain) in enumerate(translated):
         configs.append(config)
-        t.disks.append(DomainDisk(alias=domain.alias, target_dev=device_name(n), source_file=domain.source_file,
-                                  source_dev=domain.source_dev, readonly=domain.readonly, serial=domain.serial,
-                                  boot_order=boot_order, image_type=domain.image_type))
+        t.disks.append(dataclasses.replace(domain, target_dev=device_name(n), boot_order=boot_order))
     t.config.disks = configs or None
 
 

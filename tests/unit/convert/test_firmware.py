@@ -77,6 +77,11 @@ def test_an_initrd_without_a_kernel_is_refused() -> None:
     assert problem(run(body), "spec.domain.firmware.kernelBoot.container.kernelPath").reason == "FieldValueRequired"
 
 
+def test_a_kernel_path_that_names_a_directory_is_invalid() -> None:
+    body = vmi({"firmware": {"kernelBoot": {"container": {"image": "k", "kernelPath": "/boot/"}}}})
+    assert problem(run(body), "spec.domain.firmware.kernelBoot.container.kernelPath").reason == "FieldValueInvalid"
+
+
 def test_firmware_uuid_serial_and_smbios_values_reach_the_platform() -> None:
     options = LauncherOptions(smbios=SMBios(manufacturer="KubeVirt", product="None", family="KubeVirt", version="1"))
     body = vmi({"firmware": {"uuid": FIRMWARE_UUID, "serial": "abc-123"}})

@@ -177,6 +177,11 @@ def assert_sound(verdict: Verdict) -> None:
         assert d.path and d.image_type in ("Raw", "Qcow2")
         assert d.serial is None or len(d.serial.encode()) <= 20
         assert d.num_queues is None or d.num_queues <= cpus.boot_vcpus
+    made = {getattr(step, "path", None) for step in verdict.plan.steps}
+    for d in config.disks or []:
+        assert d.path in made, f"no step prepares or requires {d.path}"
+    for path in (config.payload.firmware, config.payload.kernel, config.payload.initramfs):  # type: ignore[union-attr]
+        assert path is None or path in made, f"no step requires {path}"
     assert config.console is not None and config.console.mode == "Off"
     assert config.serial is not None and config.serial.mode in ("Off", "Socket")
 
