@@ -32,7 +32,7 @@ from admission.config import Config
 from admission.overhead import CHSettings, ch_overhead, kubevirt_constants_for, kubevirt_overhead
 from admission.review import AdmissionRequest, Cause, allow, deny, deny_invalid
 from admission.rules import Outcome
-from admission.selection import ANNOTATION, VALUE
+from admission.selection import ANNOTATION, VALUE, get, hypervisor
 from ch_launcher.convert import check
 from ch_launcher.kubevirt.quantity import format_bytes, quantity_bytes
 from ch_launcher.kubevirt.vmi import InvalidVMI, parse_vmi
@@ -143,11 +143,11 @@ def mutate_pod(request: AdmissionRequest, config: Config, needs: NeedsVMI, vmi: 
     if not isinstance(vmi, dict):
         return Outcome(deny(uid, f"cannot choose the launcher: {where} is not an object", 500, "InternalError"),
                        "denied")
-    found_uid = (vmi.get("metadata") or {}).get("uid") if isinstance(vmi.get("metadata"), dict) else None
-    if needs.uid and found_uid and found_uid != needs.uid:
+    found_uid = get(vmi, "metadata", "uid")
+    if needs.uid and isinstance(found_uid, str) and found_uid and found_uid != needs.uid:
         return Outcome(deny(uid, f"{where} has uid {found_uid}, but the pod belongs to uid {needs.uid}: "
                                  f"the VMI was re-created; refusing a stale launcher pod", 409, "Conflict"), "denied")
-    if (((vmi.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION)) != VALUE:
+    if hypervisor(vmi) != VALUE:
         return Outcome(deny(uid, f"the launcher pod selects Cloud Hypervisor ({ANNOTATION}: {VALUE}) but its {where} "
                                  f"does not; refusing to guess the backend", 400, "BadRequest"), "denied")
 

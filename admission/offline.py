@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
@@ -177,6 +176,3 @@ def overhead_main(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         return 1
     return status
 
-
-if __name__ == "__main__":  # pragma: no cover
-    print(json.dumps({"use": "ch-admission check|overhead FILE..."}))

@@ -255,3 +255,11 @@ def test_a_pod_without_a_compute_container_is_refused():
     compute(pod)["name"] = "other"
     response, verdict, _ = run(pod, vmi)
     assert verdict == "denied" and "no 'compute' container" in response["status"]["message"]
+
+
+def test_a_vmi_with_odd_metadata_is_refused_not_crashed_on():
+    vmi = the_vmi()
+    pod = b.launcher_pod(vmi)
+    vmi["metadata"] = ["not", "an", "object"]
+    response, verdict, _ = run(pod, vmi)
+    assert verdict == "denied" and response["allowed"] is False
