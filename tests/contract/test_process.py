@@ -272,3 +272,10 @@ def test_guest_panic_is_reported_only_with_pvpanic(start: Callable[..., Vmm], pv
     else:
         assert not panics
     assert vmm.client.info().state == "Running"
+
+
+def test_a_bad_knob_value_stops_the_simulated_vmm_with_a_clear_error(start: Callable[..., Vmm]) -> None:
+    vmm = start(FAKE, env={"FAKE_CH_ACPI_DELAY": "soon"}, wait=False)
+    with pytest.raises(VmmStartError, match="exited with code 2") as info:
+        vmm.proc.wait_ready(10.0)
+    assert "FAKE_CH_ACPI_DELAY='soon' is not a number of seconds or 'never'" in str(info.value)

@@ -145,6 +145,23 @@ def parse_args(argv: list[str], version: str) -> Options:
     return opts
 
 
+def env_seconds(name: str, default: float | None, allow_never: bool = False) -> float | None:
+    """A duration knob; `never` gives None where allowed. A bad value stops the VMM at start
+    (exit 2) with a message naming the variable, never a crash later."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    if allow_never and text.lower() == "never":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        fail_start(f"{name}={text!r} is not a number of seconds" + (" or 'never'" if allow_never else ""), 2)
+    return value
+
+
 def fail_start(message: str, code: int = 1) -> None:
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
@@ -170,6 +187,8 @@ class FakeCloudHypervisor:
         self.request_log = os.environ.get("FAKE_CH_REQUEST_LOG")
         self.hang_endpoint = os.environ.get("FAKE_CH_HANG_ENDPOINT", "").strip()
         self.payload_limit = 4 << 20 if version[0] >= 54 else 51200
+        self.acpi_delay = env_seconds("FAKE_CH_ACPI_DELAY", 0.2, allow_never=True)
+        self.vcpu_removal_delay = env_seconds("FAKE_CH_VCPU_REMOVAL_DELAY", 0.1)
         self.serial = SerialPort(self.sel, buffer_when_detached=version[0] >= 53, log=self.log)
         self.vmm = Vmm(self)
         spec_path = os.environ.get("FAKE_CH_OPENAPI") or os.path.join(
@@ -260,10 +279,12 @@ class FakeCloudHypervisor:
             self.event_fd = self.opts.event_fd
             os.set_blocking(self.event_fd, False)
         self.event("vmm", "starting")
-        delay = float(os.environ.get("FAKE_CH_START_DELAY", "0") or 0)
+        delay = env_seconds("FAKE_CH_START_DELAY", 0.0)
         if delay > 0:
             time.sleep(delay)
         exit_at_start = os.environ.get("FAKE_CH_EXIT_AT_START", "").strip()
+        if exit_at_start and not exit_at_start.isdigit():
+            fail_start(f"FAKE_CH_EXIT_AT_START={exit_at_start!r} is not an exit code (0-255)", 2)
         if exit_at_start:
             self.log("ERROR", f"exiting at start-up with code {exit_at_start} (FAKE_CH_EXIT_AT_START)")
             fail_start(f"Error booting VMM: simulated start-up failure (FAKE_CH_EXIT_AT_START={exit_at_start})",
@@ -420,6 +441,11 @@ class FakeCloudHypervisor:
             return self.api_error(self.vmm.error_status(exc.kind), exc.chain)
         except HttpFailure as exc:
             return self.http_error(exc.status, exc.chain)
+        except Exception as exc:  # a bug here must show as a 500, not kill the VMM
+            import traceback  # noqa: PLC0415
+
+            self.log("ERROR", f"{endpoint}: simulated VMM bug: {traceback.format_exc()}")
+            return self.api_error(500, ["Error from API", f"simulated VMM internal error: {exc!r}"])
         if status == 204:
             return self.response(204, None)
         if isinstance(payload, bytes):

@@ -91,6 +91,8 @@ NET_COUNTERS = ("rx_bytes", "rx_frames", "tx_bytes", "tx_frames")
 class Host(Protocol):
     version: tuple[int, int, int]
     no_shutdown: bool
+    acpi_delay: float | None  # None: the guest ignores ACPI
+    vcpu_removal_delay: float | None
 
     def event(self, source: str, event: str, properties: dict[str, str] | None = None) -> None: ...
     def log(self, level: str, message: str) -> None: ...
@@ -433,12 +435,12 @@ class Vmm:
     def api_vm_power_button(self, _: Any) -> tuple[int, Any]:
         if self.vm is None:
             raise self.fail("vm.power-button", "VM is not running")
-        delay = os.environ.get("FAKE_CH_ACPI_DELAY", "0.2").strip()
-        if delay.lower() == "never":
+        delay = self.host.acpi_delay
+        if delay is None:
             self.host.log("INFO", "power button pressed: the guest ignores ACPI (FAKE_CH_ACPI_DELAY=never)")
         else:
             vm = self.vm
-            self.host.schedule(float(delay), lambda: self.guest("poweroff") if self.vm is vm else None)
+            self.host.schedule(delay, lambda: self.guest("poweroff") if self.vm is vm else None)
         return 204, None
 
     def api_vm_nmi(self, _: Any) -> tuple[int, Any]:
@@ -494,9 +496,7 @@ class Vmm:
                 raise self.fail("vm.resize", "Error from CPU manager", f"Number of vCPUs ({vcpus}) is invalid")
             if self.vm is not None and vcpus < cpus.get("boot_vcpus", 1):
                 # The guest removes vCPUs asynchronously; meanwhile another resize gets 429.
-                self.resize_pending_until = time.monotonic() + float(
-                    os.environ.get("FAKE_CH_VCPU_REMOVAL_DELAY", "0.1")
-                )
+                self.resize_pending_until = time.monotonic() + (self.host.vcpu_removal_delay or 0.0)
         if self.vm is not None:
             self.host.event("vm", "resizing")
         if vcpus is not None:
