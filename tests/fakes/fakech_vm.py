@@ -230,6 +230,7 @@ class Vmm:
     def delete_vm(self) -> None:
         if self.vm is not None:
             self.stop_vm(event=self.vm.state != "Created")
+        self.host.serial_stop()  # a console made by a failed boot goes with the config
         if self.config is not None:
             self.config = None
             self.host.event("vm", "deleted")
