@@ -164,6 +164,8 @@ def _check_common(t: Translation, path: str, iface: Interface) -> bool:
         t.warn(f"{path}.pciAddress", f"{path}.pciAddress is ignored: Cloud Hypervisor assigns PCI slots itself")
     if iface.acpiIndex is not None:
         t.warn(f"{path}.acpiIndex", f"{path}.acpiIndex is ignored: Cloud Hypervisor sets no ACPI index")
+    if iface.tag:
+        t.warn(f"{path}.tag", f"{path}.tag: device role tags are not passed to the guest's metadata")
     return ok
 
 

@@ -27,6 +27,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ch_launcher.convert.context import LauncherEnv
 from ch_launcher.convert.plan import DhcpSpec, Plan
 from ch_launcher.convert.podnet import bridged_pod_nic_name
 from ch_launcher.dhcp import packet as p
@@ -84,7 +85,7 @@ class DhcpHandle:
             self._wake = None
 
 
-def start_dhcp(plan: Plan, env, *, resolv_conf: str = "/etc/resolv.conf", hostname: str | None = None,
+def start_dhcp(plan: Plan, env: LauncherEnv, *, resolv_conf: str = "/etc/resolv.conf", hostname: str | None = None,
                port: int = SERVER_PORT) -> DhcpHandle:
     """Start serving every `plan.dhcp` entry; returns at once with the servers running.
 

@@ -175,11 +175,13 @@ def test_bindings_cloud_hypervisor_cannot_serve_are_refused_with_their_path(bind
     assert t.problems[0].message.startswith(f"spec.domain.devices.interfaces[0].{binding}")
 
 
-def test_pci_address_and_acpi_index_are_warnings_not_denials():
-    t = run(vmi([{"name": "default", "masquerade": {}, "pciAddress": "0000:81:01.0", "acpiIndex": 3}]))
+def test_pci_address_acpi_index_and_tag_are_warnings_not_denials():
+    t = run(vmi([{"name": "default", "masquerade": {}, "pciAddress": "0000:81:01.0", "acpiIndex": 3,
+                  "tag": "frontend"}]))
     assert t.problems == []
     assert fields(t.warnings) == ["spec.domain.devices.interfaces[0].pciAddress",
-                                  "spec.domain.devices.interfaces[0].acpiIndex"]
+                                  "spec.domain.devices.interfaces[0].acpiIndex",
+                                  "spec.domain.devices.interfaces[0].tag"]
 
 
 def test_network_boot_order_is_refused():
@@ -311,8 +313,8 @@ def test_an_unknown_plugin_is_a_warning_at_admission_and_refused_in_the_pod():
 
 
 def test_every_network_warning_fits_in_a_kubectl_line():
-    t = run(vmi([{"name": "default", "masquerade": {}, "pciAddress": "0000:81:01.0", "acpiIndex": 3},
+    t = run(vmi([{"name": "default", "masquerade": {}, "pciAddress": "0000:81:01.0", "acpiIndex": 3, "tag": "x"},
                  {"name": "blue-network-with-a-long-name", "binding": {"name": "a-long-plugin-name"}}],
                 [{"name": "default", "pod": {}}, multus("blue-network-with-a-long-name")]))
-    assert len(t.warnings) == 3
+    assert len(t.warnings) == 4
     assert all(len(w.message) <= 120 for w in t.warnings), [w.message for w in t.warnings]
