@@ -49,8 +49,12 @@ def _whole_cpus(t: Translation, path: str, value: Any) -> int | None:
     except ValueError as e:
         t.unsupported(path, f"{path} '{value}' is not a valid quantity: {e}", "FieldValueInvalid")
         return None
-    if n < 0:
-        t.unsupported(path, f"{path} '{value}': must be greater than or equal to 0.", "FieldValueInvalid")
+    if not n.is_finite() or n < 0:
+        t.unsupported(path, f"{path} '{value}': must be a finite number greater than or equal to 0.",
+                      "FieldValueInvalid")
+        return None
+    if n > MAX_VCPUS:
+        t.unsupported(path, f"{path} '{value}': {MAX_VCPUS} vCPUs at most", "FieldValueInvalid")
         return None
     return int(n.to_integral_value(rounding=ROUND_CEILING))
 

@@ -32,6 +32,7 @@ from ch_launcher.kubevirt.quantity import MiB, format_bytes, quantity_bytes
 from ch_launcher.kubevirt.vmi import Quantity
 
 VIRTIO_MEM_BLOCK = 128 * MiB
+MAX_BYTES = 2**63 - 1  # Cloud Hypervisor's sizes are u64; beyond i64 nothing is a real machine
 PAGE_SIZE = 4096
 FREE_PAGE_REPORTING_DISABLED_ANNOTATION = "kubevirt.io/free-page-reporting-disabled"
 
@@ -39,11 +40,12 @@ FREE_PAGE_REPORTING_DISABLED_ANNOTATION = "kubevirt.io/free-page-reporting-disab
 def _bytes(t: Translation, path: str, value: Quantity) -> int | None:
     try:
         n = quantity_bytes(value)
-    except ValueError as e:
+    except (ValueError, ArithmeticError) as e:  # ArithmeticError: infinities from JSON/YAML numbers
         t.unsupported(path, f"{path} '{value}' is not a valid quantity: {e}", "FieldValueInvalid")
         return None
-    if n <= 0:
-        t.unsupported(path, f"{path} '{value}': must be greater than 0.", "FieldValueInvalid")
+    if n <= 0 or n > MAX_BYTES:
+        t.unsupported(path, f"{path} '{value}': must be greater than 0 and less than 2^63 bytes.",
+                      "FieldValueInvalid")
         return None
     return n
 

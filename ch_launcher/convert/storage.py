@@ -54,6 +54,7 @@ from ch_launcher.kubevirt.domain import DomainDisk
 from ch_launcher.kubevirt.quantity import MiB, quantity_bytes
 from ch_launcher.kubevirt.vmi import CloudInitSource, Disk, Volume, VolumeStatus
 
+MAX_IMAGE_BYTES = 2**63 - 2**20  # the largest file size (off_t), in whole MiB
 MAX_SERIAL_BYTES = 20  # VIRTIO_BLK_ID_BYTES; Cloud Hypervisor refuses longer (vmm/src/config.rs@v53.0)
 # KubeVirt's defaults for PVC images (pkg/virt-config/virt-config.go@d923fdb815cd).
 LESS_PVC_SPACE_TOLERATION = 10
@@ -365,7 +366,7 @@ def _pvc_size(t: Translation, path: str, name: str) -> int | None:
     try:
         capacity = quantity_bytes(info.capacity["storage"]) if "storage" in info.capacity else None
         requested = quantity_bytes(info.requests["storage"]) if "storage" in info.requests else None
-    except ValueError as e:
+    except (ValueError, ArithmeticError) as e:  # ArithmeticError: infinities
         t.unsupported(path, f"{path}: the claim's size in status.volumeStatus is not a quantity: {e}",
                       "FieldValueInvalid")
         return None
@@ -376,7 +377,7 @@ def _pvc_size(t: Translation, path: str, name: str) -> int | None:
     else:
         assert capacity is not None
         size = capacity
-    size = _align_down_mib(size)
+    size = min(_align_down_mib(size), MAX_IMAGE_BYTES)
     if size <= 0:
         t.unsupported(path, f"{path}: the size for volume {name} is too low, must be at least 1MiB",
                       "FieldValueInvalid")
@@ -388,10 +389,13 @@ def _size(t: Translation, path: str, value: object, name: str) -> int | None:
     """A capacity rounded down to 1 MiB (util.AlignImageSizeTo1MiB), at least 1 MiB."""
     try:
         size = quantity_bytes(value)  # type: ignore[arg-type]
-    except ValueError as e:
+    except (ValueError, ArithmeticError) as e:  # ArithmeticError: infinities
         t.unsupported(path, f"{path} '{value}' is not a valid quantity: {e}", "FieldValueInvalid")
         return None
     size = _align_down_mib(size)
+    if size > MAX_IMAGE_BYTES:
+        t.unsupported(path, f"{path} '{value}': the size for volume {name} is too large", "FieldValueInvalid")
+        return None
     if size <= 0:
         t.unsupported(path, f"{path} '{value}': the size for volume {name} is too low, must be at least 1MiB",
                       "FieldValueInvalid")

@@ -21,8 +21,9 @@ ENVS = [LauncherEnv(), LauncherEnv(pod=PodFacts(cpuset=(0, 1, 2, 3), link_mtu={"
 names = st.sampled_from(["root", "data", "ci", "cm", "v4", "_x", "a" * 70])
 quantities = st.one_of(st.sampled_from(["1Gi", "128Mi", "1024M", "2", "500m", "0", "-1Gi", "1.5Gi", "3Mi", "2Mi",
                                         "1e3", "lots", "", "1000001"]),
-                       st.integers(min_value=-2, max_value=2**41), st.floats(allow_nan=True))
-small_ints = st.integers(min_value=-3, max_value=300)
+                       st.integers(min_value=-2, max_value=2**41), st.floats(allow_nan=True),
+                       st.sampled_from([float("inf"), float("-inf"), 1e300, 2**64, "9Ei", "1e400"]))
+small_ints = st.one_of(st.integers(min_value=-3, max_value=300), st.sampled_from([2**31, 2**63, 10**30]))
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**63, max_value=2**63), st.text(max_size=8),
                       st.floats(allow_nan=False))
 json_any = st.recursive(json_leaf, lambda inner: st.one_of(st.lists(inner, max_size=3),
