@@ -121,3 +121,8 @@ def test_free_page_reporting_is_off_where_kubevirt_turns_it_off(case: str) -> No
 def test_required_memlock_is_refused() -> None:
     problem(run(vmi({"memory": {"guest": "1Gi", "reservedOverhead": {"memLock": "Required"}}})),
             "spec.domain.memory.reservedOverhead.memLock")
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), "9Ei", 1e300])
+def test_an_infinite_or_absurd_memory_size_is_invalid_not_a_crash(value: Any) -> None:
+    assert problem(run(vmi({"memory": {"guest": value}})), "spec.domain.memory.guest").reason == "FieldValueInvalid"
