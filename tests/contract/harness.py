@@ -12,7 +12,6 @@ import os
 import pathlib
 import select
 import shutil
-import signal
 import socket
 import tempfile
 import time
@@ -74,14 +73,6 @@ class Backend:
 
 
 FAKE = Backend("fake", str(FAKE_CH))
-
-
-def needs_fake(backend: Backend, what: str) -> None:
-    """Skips the real-VMM variant of a test that drives a simulated-VMM knob."""
-    if backend.real:
-        import pytest  # noqa: PLC0415
-
-        pytest.skip(f"needs the simulated VMM: {what}")
 
 
 def real_backend() -> Backend:
@@ -253,13 +244,6 @@ def read_response(s: socket.socket) -> bytes:
         if not chunk:
             return data
         data += chunk
-
-
-def kill_quietly(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 def remove_tree(directory: str) -> None:
