@@ -81,6 +81,10 @@ def configure_network(t: Translation) -> None:
             continue
         if not _check_common(t, path, iface):
             continue
+        if iface.name.startswith("_"):
+            t.unsupported(f"{path}.name", f"{path}.name '{iface.name}' may not start with '_': Cloud "
+                          f"Hypervisor reserves such device ids", "FieldValueInvalid")
+            continue
         if iface.name in used_ids:
             t.unsupported(f"{path}.name", f"{path}.name '{iface.name}' is also the name of another "
                           f"device (a disk?); Cloud Hypervisor needs unique device ids", "FieldValueInvalid")

@@ -196,6 +196,11 @@ def test_an_interface_named_like_a_disk_is_refused_because_device_ids_must_be_un
     assert fields(t.problems) == ["spec.domain.devices.interfaces[0].name"]
 
 
+def test_an_interface_name_cloud_hypervisor_reserves_is_refused():
+    t = run(vmi([{"name": "_net0", "masquerade": {}}], [{"name": "_net0", "pod": {}}]))
+    assert fields(t.problems) == ["spec.domain.devices.interfaces[0].name"]
+
+
 def test_a_network_that_is_neither_pod_nor_multus_is_refused():
     t = run(vmi([{"name": "x", "bridge": {}}], [{"name": "x"}]))
     assert fields(t.problems) == ["spec.networks[0]"]
