@@ -129,8 +129,8 @@ class PodServer:
 def pod_server(tmp_path):
     servers: list[PodServer] = []
 
-    def start(*args, **kw) -> PodServer:
-        server = PodServer(*args, tmp=tmp_path, **kw) if "tmp" not in kw else PodServer(*args, **kw)
+    def start(pod: str, **kw) -> PodServer:
+        server = PodServer(pod, tmp_path, **kw)
         servers.append(server)
         return server
 
