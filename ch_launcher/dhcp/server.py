@@ -157,7 +157,11 @@ def _prepare(spec: DhcpSpec, private_dir: str, resolver: Resolver, hostname: str
         if cached.ipam_disabled:
             log.info("%s: the pod network has no IPAM; no DHCP server", spec.field)
             return None
-        mtu = _mtu_of(bridged_pod_nic_name(spec.pod_interface)) or _mtu_of(spec.pod_interface)
+        try:
+            nic = bridged_pod_nic_name(spec.pod_interface)
+        except ValueError:  # a name virt-handler could not have made either
+            nic = spec.pod_interface
+        mtu = _mtu_of(nic) or _mtu_of(spec.pod_interface)
     else:
         mtu = _mtu_of(spec.pod_interface)
     if spec.server_ip and spec.server_ip != bridge_ip:
