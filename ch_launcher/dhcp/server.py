@@ -182,7 +182,7 @@ def _ifreq(name: str, request: int) -> bytes | None:
         except OSError as e:
             if e.errno in (errno.EADDRNOTAVAIL, errno.ENODEV, errno.ENXIO):
                 return None
-            raise
+            raise DhcpError(f"cannot read the settings of link {name}: {e.strerror}") from None
 
 
 def _ipv4_of(name: str) -> str | None:
