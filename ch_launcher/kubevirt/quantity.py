@@ -27,7 +27,10 @@ def parse_quantity(value: str | int | float) -> Decimal:
     if isinstance(value, bool):
         raise ValueError(f"quantity must be a string or number, not {value!r}")
     if isinstance(value, (int, float)):
-        return Decimal(str(value))
+        d = Decimal(str(value))
+        if not d.is_finite():
+            raise ValueError(f"quantity must be finite, got {value!r}")
+        return d
     if not isinstance(value, str):
         raise ValueError(f"quantity must be a string or number, not {type(value).__name__}")
     m = _RE.match(value.strip())
