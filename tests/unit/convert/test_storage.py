@@ -245,7 +245,6 @@ def test_a_disk_without_its_volume_is_reported_by_name() -> None:
     ({"name": "d", "cdrom": {"bus": "sata"}}, "spec.domain.devices.disks[0].cdrom"),
     ({"name": "d", "lun": {}}, "spec.domain.devices.disks[0].lun"),
     ({"name": "d", "floppy": {}}, "spec.domain.devices.disks[0].floppy"),
-    ({"name": "d", "disk": {"bus": "sata"}}, "spec.domain.devices.disks[0].disk.bus"),
     ({"name": "d", "disk": {"bus": "scsi"}}, "spec.domain.devices.disks[0].disk.bus"),
     ({"name": "d", "disk": {"bus": "virtio", "pciAddress": "0000:00:05.0"}}, "spec.domain.devices.disks[0].disk.pciAddress"),
     ({"name": "d", "blockSize": {"custom": {"logical": 4096, "physical": 4096}}},
@@ -261,6 +260,15 @@ def test_disk_settings_cloud_hypervisor_cannot_honour_are_reported_at_their_path
     assert field in fields(verdict.problems)
 
 
+def test_a_sata_disk_as_kubevirt_defaults_it_runs_as_virtio_with_a_warning() -> None:
+    # KubeVirt's mutating webhook sets an empty disk bus to sata on amd64 before we see the VMI.
+    verdict = run(vmi(disks=[{"name": "d", "disk": {"bus": "sata"}}], volumes=[container_disk("d")]))
+    assert verdict.allowed
+    assert fields(verdict.warnings) == ["spec.domain.devices.disks[0].disk.bus"]
+    assert "virtio-blk" in verdict.warnings[0].message
+    assert verdict.plan is not None and verdict.plan.disks[0].target_dev == "vda"
+
+
 def test_the_cdrom_message_says_why_and_what_to_do() -> None:
     p = problem(run(vmi(disks=[{"name": "d", "cdrom": {}}], volumes=[container_disk("d")])),
                 "spec.domain.devices.disks[0].cdrom")
@@ -270,7 +278,7 @@ def test_the_cdrom_message_says_why_and_what_to_do() -> None:
 
 
 def test_every_disk_problem_is_reported_at_once() -> None:
-    body = vmi(disks=[{"name": "a", "cdrom": {}}, {"name": "b", "disk": {"bus": "sata"}}, virtio("c", serial="s" * 30)],
+    body = vmi(disks=[{"name": "a", "cdrom": {}}, {"name": "b", "disk": {"bus": "usb"}}, virtio("c", serial="s" * 30)],
                volumes=[container_disk("a"), container_disk("b"), container_disk("c")])
     assert fields(run(body).problems) == ["spec.domain.devices.disks[0].cdrom", "spec.domain.devices.disks[1].disk.bus",
                                           "spec.domain.devices.disks[2].serial"]
