@@ -440,6 +440,7 @@ class DomainManager:
             raise CommandFailed(f"cloud-hypervisor did not start: {e}") from None
         self._version = pong.version
         log.info("cloud-hypervisor %s is up (pid %d)", pong.version, vmm.pid)
+        self._bump()
         return vmm
 
     async def _ensure_vmm_quietly(self) -> None:
@@ -465,15 +466,20 @@ class DomainManager:
                 raise CommandFailed(f"cloud-hypervisor refused the VM configuration: {e}") from None
 
     async def _boot(self) -> None:
-        from ch_launcher.ch.api import ChApiError
+        from ch_launcher.ch.api import ChApiError, VmmUnavailable
 
         assert self._vmm is not None and self._vmi is not None
         client = self._vmm.client
         try:
             await self._api(client.boot, timeout=self.settings.boot_timeout)
         except ChApiError as e:
-            with contextlib.suppress(ChApiError):
-                await self._api(client.delete)  # leave no half-made VM: the next Sync starts clean
+            # Leave no half-made VM, so the next Sync starts clean: a VMM that did not answer is
+            # stopped (the next Sync spawns another), otherwise its VM config is deleted.
+            if isinstance(e, VmmUnavailable):
+                await self._stop_vmm()
+            else:
+                with contextlib.suppress(ChApiError):
+                    await self._api(client.delete)
             message = f"booting the VM failed: {e}"
             self._k8s_event("Warning", "BootFailed", message)
             raise CommandFailed(message) from None
@@ -788,6 +794,7 @@ class DomainManager:
                 log.error("starting the VM failed in the background: %s", error)
             elif error is not None:
                 log.error("%s failed in the background: %s", intent.value, error)
+            self._bump()
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(done)

@@ -1,0 +1,162 @@
+"""The domain manager driven directly (no gRPC): budgets, background boots, pod facts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from ch_launcher.demo import FAKE_CH, LauncherLayout, container_disk_images, fake_firmware
+from ch_launcher.kubevirt.vmi import parse_vmi
+from ch_launcher.lifecycle import Intent, VmState
+from ch_launcher.manager import CommandFailed, DomainManager, ManagerSettings, parse_cpu_list, read_pod_facts
+from tests.functional.harness import make_vmi
+
+
+class RecordingSink:
+    def __init__(self):
+        self.domains: list[tuple[dict, str]] = []
+        self.k8s: list[dict] = []
+
+    async def send_domain(self, domain_json, event_type="MODIFIED"):
+        self.domains.append((json.loads(domain_json), event_type))
+
+    async def send_k8s_event(self, **event):
+        self.k8s.append(event)
+
+    async def flush(self, timeout):
+        return True
+
+
+@pytest.fixture
+def layout():
+    root = Path(tempfile.mkdtemp(prefix="kcm", dir="/tmp"))
+    yield LauncherLayout(root).create()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _manager(layout, vmi, **overrides):
+    fake_firmware(layout)
+    container_disk_images(vmi, layout, size=1 << 20)
+    env = {**os.environ, **overrides.pop("vmm_env", {})}
+    settings = ManagerSettings(private_dir=str(layout.private_dir), share_dir=str(layout.share_dir),
+                               ephemeral_disk_dir=str(layout.ephemeral_disk_dir),
+                               container_disk_dir=str(layout.container_disk_dir),
+                               hotplug_disk_dir=str(layout.hotplug_disk_dir), firmware_dir=str(layout.firmware_dir),
+                               ch_binary=str(FAKE_CH), vmm_env=env, **overrides)
+    sink = RecordingSink()
+    return DomainManager(settings, sink), sink
+
+
+def test_a_boot_longer_than_the_budget_answers_and_its_failure_comes_with_the_next_sync(layout):
+    raw = make_vmi()
+    manager, sink = _manager(layout, raw, boot_timeout=1.5, vmm_env={"FAKE_CH_HANG_ENDPOINT": "vm.boot"})
+    vmi = parse_vmi(raw)
+
+    async def story():
+        await manager.start()
+        try:
+            assert await manager.wait_until(lambda: manager.vmm_version is not None, 10)
+            done = await manager.execute(Intent.SYNC, vmi, budget=0.5)
+            assert done == "still starting the VM in the background"
+            with pytest.raises(CommandFailed, match="busy with SyncVMI"):
+                await manager.execute(Intent.PAUSE, vmi, budget=0.2)
+            await manager.wait_until(lambda: manager._start_error is not None, 10)
+            with pytest.raises(CommandFailed, match="booting the VM failed"):
+                await manager.execute(Intent.SYNC, vmi, budget=5)
+            assert manager.domain_json == "" and sink.domains == []
+            assert [e["reason"] for e in sink.k8s] == ["BootFailed"]
+        finally:
+            await manager.close()
+
+    asyncio.run(story())
+
+
+def test_commands_wait_for_each_other_and_never_interleave(layout):
+    raw = make_vmi()
+    manager, sink = _manager(layout, raw)
+    vmi = parse_vmi(raw)
+
+    async def story():
+        await manager.start()
+        try:
+            await manager.execute(Intent.SYNC, vmi, budget=15)
+            results = await asyncio.gather(
+                manager.execute(Intent.PAUSE, vmi), manager.execute(Intent.SYNC, vmi),
+                manager.execute(Intent.UNPAUSE, vmi), manager.execute(Intent.PAUSE, vmi))
+            assert len(results) == 4
+            assert manager.state is VmState.PAUSED
+            statuses = [(d["Status"]["Status"], d["Status"]["Reason"], kind) for d, kind in sink.domains]
+            assert statuses == [("Running", "Unknown", "ADDED"), ("Paused", "User", "MODIFIED"),
+                                ("Running", "Unknown", "MODIFIED"), ("Paused", "User", "MODIFIED")]
+        finally:
+            await manager.close()
+
+    asyncio.run(story())
+
+
+def test_close_leaves_no_vmm_behind(layout):
+    raw = make_vmi()
+    manager, _ = _manager(layout, raw)
+
+    async def story():
+        await manager.start()
+        await manager.execute(Intent.SYNC, parse_vmi(raw), budget=15)
+        pid = manager.vmm_pid
+        await manager.close()
+        return pid
+
+    pid = asyncio.run(story())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_a_vmi_without_identity_takes_the_launchers_flags(layout):
+    raw = make_vmi()
+    raw["metadata"] = {"name": "", "namespace": ""}
+    manager, sink = _manager(layout, make_vmi(), name="fromflags", namespace="ns1", uid="uid-1")
+
+    async def story():
+        await manager.start()
+        try:
+            await manager.execute(Intent.SYNC, parse_vmi(raw), budget=15)
+            domain = json.loads(manager.domain_json)
+            assert domain["ObjectMeta"]["name"] == "fromflags" and domain["ObjectMeta"]["uid"] == "uid-1"
+        finally:
+            await manager.close()
+
+    asyncio.run(story())
+
+
+@pytest.mark.parametrize("text,cpus", [("0-3", (0, 1, 2, 3)), ("0,2,4-5\n", (0, 2, 4, 5)), ("7", (7,)), ("", ())])
+def test_cpu_lists(text, cpus):
+    assert parse_cpu_list(text) == cpus
+
+
+@pytest.mark.parametrize("text", ["3-1", "a", "1-b"])
+def test_bad_cpu_lists_are_refused(text):
+    with pytest.raises(ValueError):
+        parse_cpu_list(text)
+
+
+def test_pod_facts_come_from_the_cgroup_cpuset_and_link_mtus(tmp_path):
+    (tmp_path / "fs" / "cgroup").mkdir(parents=True)
+    (tmp_path / "fs" / "cgroup" / "cpuset.cpus.effective").write_text("2-3\n")
+    for link, mtu in (("eth0", "1450"), ("tap0", "1450"), ("lo", "65536")):
+        (tmp_path / "class" / "net" / link).mkdir(parents=True)
+        (tmp_path / "class" / "net" / link / "mtu").write_text(mtu + "\n")
+    facts = read_pod_facts({"POD_NAME": "virt-launcher-x"}, sys_root=str(tmp_path))
+    assert facts.cpuset == (2, 3)
+    assert facts.link_mtu == {"eth0": 1450, "tap0": 1450, "lo": 65536}
+    assert facts.environ == {"POD_NAME": "virt-launcher-x"}
+
+
+def test_pod_facts_fall_back_to_the_process_affinity(tmp_path):
+    facts = read_pod_facts({}, sys_root=str(tmp_path))
+    assert facts.cpuset == tuple(sorted(os.sched_getaffinity(0)))
+    assert facts.link_mtu == {}
