@@ -313,9 +313,9 @@ async def supervise(manager, settings: Settings, stop: asyncio.Event, early_exit
 def reap_orphans(manager) -> None:  # noqa: ANN001
     """SIGCHLD while PID 1: reap zombie children that are not the VMM (whose status the VMM
     supervisor collects itself). Orphans of the container are reparented to PID 1."""
-    own = manager.vmm_pid
+    own = manager.owned_pids()
     for pid in _children():
-        if pid == own or not _is_zombie(pid):
+        if pid in own or not _is_zombie(pid):
             continue
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(pid, os.WNOHANG)

@@ -193,6 +193,10 @@ class DomainManager:
     def vmm_pid(self) -> int | None:
         return self._vmm.pid if self._vmm is not None else None
 
+    def owned_pids(self) -> set[int]:
+        """Children whose exit status the VMM supervisor collects itself (not to be reaped by others)."""
+        return {vmm.pid for vmm in list(self._spawned) if vmm.returncode is None}
+
     async def domain_stats(self, timeout: float) -> str:
         """stats.DomainStats JSON of the running VM, or "" when there is none (contract §12).
         Counters the VMM cannot give within `timeout` are left out, never an error."""
