@@ -151,6 +151,7 @@ class DomainManager:
         self._vm = _Vm()
         self._vmi: VirtualMachineInstance | None = None
         self._plan: Plan | None = None
+        self._planned_vmi: VirtualMachineInstance | None = None  # the VMI the plan was made from
         self._options: LauncherOptions | None = None
         self._vmm: VmmProcess | None = None
         self._spawned: list[VmmProcess] = []  # every VMM ever started, so close() leaves none behind
@@ -343,12 +344,15 @@ class DomainManager:
             self._vmi = vmi
             vm.grace.seconds = vmi.grace_period_seconds
             self._publish()
+            if self._planned_vmi is not None and vm.state in (VmState.RUNNING, VmState.PAUSED):
+                _refuse_hotplug(self._planned_vmi, vmi)
         elif step is Step.TRANSLATE:
             assert vmi is not None
             from ch_launcher.convert import LauncherOptions
 
             self._options = options or LauncherOptions()
             self._plan = await self._translate(vmi, self._options)
+            self._planned_vmi = vmi
         elif step is Step.PREPARE:
             await self._prepare()
         elif step is Step.SPAWN:
@@ -880,6 +884,23 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
             raise ValueError(f"bad CPU range {part!r}")
         cpus.update(range(first, last + 1))
     return tuple(sorted(cpus))
+
+
+def _refuse_hotplug(booted: VirtualMachineInstance, vmi: VirtualMachineInstance) -> None:
+    """virt-handler delivers disk and NIC hotplug as a changed VMI in a later Sync; this backend
+    does not hot-add devices, so say so instead of leaving virt-handler waiting for them."""
+    for path, before, after in (
+        ("spec.domain.devices.disks", [d.name for d in booted.spec.domain.devices.disks],
+         [d.name for d in vmi.spec.domain.devices.disks]),
+        ("spec.domain.devices.interfaces", [i.name for i in booted.spec.domain.devices.interfaces],
+         [i.name for i in vmi.spec.domain.devices.interfaces]),
+    ):
+        if before != after:
+            added = sorted(set(after) - set(before))
+            removed = sorted(set(before) - set(after))
+            change = ", ".join(filter(None, (f"added {added}" if added else "", f"removed {removed}" if removed else "")))
+            raise CommandFailed(f"{path} changed on a running VM ({change or 'reordered'}): hotplug is not "
+                                f"supported by the Cloud Hypervisor backend")
 
 
 def _acpi_enabled(vmi: VirtualMachineInstance | None) -> bool:
