@@ -1,117 +1,38 @@
-"""The domain manager: one VM on one Cloud Hypervisor process, driven by virt-handler's commands.
-
-`DomainManager.execute(intent, vmi, ...)` looks up the steps of `lifecycle.decide()` and runs
-them under one asyncio lock, so commands never interleave. Blocking REST calls run in one worker
-thread (CH serves one request at a time anyway); translation and preparation run in another.
-
-What the manager observes becomes the Domain that virt-handler sees:
-- CH's event stream (a FIFO read with `add_reader`) and the VMM's exit (its pidfd, also with
-  `add_reader`) move the `VmState` (`lifecycle.state_after_event`, `lifecycle.down_reason`);
-- every change rebuilds the Domain JSON once; `domain_json` is what GetDomain answers (no lock,
-  no I/O), and each change is sent through the `EventSink` (virt-handler's Notify) in order:
-  ADDED for a freshly booted domain, MODIFIED afterwards, and a final MODIFIED with
-  `ObjectMeta.deletionTimestamp` when the VM is forgotten (contract §2.5, §10.4).
-
-Nothing here polls: while nothing happens the manager waits on file descriptors and events.
-
-Failure behaviour: a command that cannot do what it was asked raises `CommandFailed` with the
-text virt-handler shows (in-band `success=false`); anything else escaping is a bug. A VMM that
-dies under a live VM becomes Shutoff/Crashed (plus a K8s Warning event) and the manager keeps
-serving; the next Sync of a VMI that is not yet Running starts a new VMM.
-"""
+"""`DomainManager`: the commands, the steps, and the observations (see the package docstring)."""
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import functools
-import importlib
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ch_launcher import lifecycle
 from ch_launcher.ch.events import Event, EventFifo, EventStreamParser, open_event_fifo
 from ch_launcher.console import ConsoleError, SerialConsole
-from ch_launcher.kubevirt.domain import (
-    DomainView, GracePeriod, LifeCycle, Reason, deleted_domain_view, domain_json, now_rfc3339,
-)
+from ch_launcher.kubevirt.domain import GracePeriod, Reason, deleted_domain_view, domain_json, now_rfc3339
 from ch_launcher.lifecycle import Intent, Step, VmState
+from ch_launcher.manager.outbox import Outbox
+from ch_launcher.manager.pod import read_pod_facts, release_memory
+from ch_launcher.manager.settings import CommandFailed, EventSink, ManagerSettings, preload
+from ch_launcher.manager.view import (
+    acpi_enabled, cause, describe_exit, domain_view, refuse_hotplug, vm_uuid,
+)
 
 if TYPE_CHECKING:
     from ch_launcher.ch.process import VmmProcess
-    from ch_launcher.convert import LauncherEnv, LauncherOptions, Plan, PodFacts
+    from ch_launcher.convert import LauncherOptions, Plan
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
-
-# What the first Sync needs and readiness does not (pydantic models, requests, the configurators):
-# about 0.3 s of imports, so `preload()` runs them in a thread once the command socket is ready.
-HEAVY_MODULES = ("ch_launcher.kubevirt.vmi", "ch_launcher.ch.api", "ch_launcher.ch.process", "ch_launcher.convert",
-                 "ch_launcher.prepare", "ch_launcher.dhcp", "ch_launcher.stats")
-
-
-def preload() -> None:
-    for name in HEAVY_MODULES:
-        importlib.import_module(name)
-
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 FINAL_PHASES = ("Running", "Succeeded", "Failed")  # vmi.IsRunning() || vmi.IsFinal()
-
-
-class CommandFailed(Exception):
-    """A command could not do what it was asked; `str(self)` is the in-band message."""
-
-
-class EventSink(Protocol):
-    """Where Domain and K8s events go (the Notify client, `ch_launcher.notify.Notifier`)."""
-
-    async def send_domain(self, domain_json: str, event_type: str = "MODIFIED") -> None: ...
-
-    async def send_k8s_event(self, *, type: str, reason: str, message: str,  # noqa: A002 (Event.type)
-                             namespace: str, name: str, uid: str) -> None: ...
-
-    async def flush(self, timeout: float) -> bool: ...
-
-
-@dataclass(frozen=True)
-class ManagerSettings:
-    """Where things live and how long to wait. Every path derives from the launcher's flags."""
-
-    private_dir: str = "/var/run/kubevirt-private"
-    share_dir: str = "/var/run/kubevirt"
-    ephemeral_disk_dir: str = "/var/run/kubevirt-ephemeral-disks"
-    container_disk_dir: str = "/var/run/kubevirt/container-disks"
-    hotplug_disk_dir: str = "/var/run/kubevirt/hotplug-disks"
-    firmware_dir: str = "/usr/share/cloud-hypervisor"
-    ch_binary: str = "/usr/bin/cloud-hypervisor"
-    name: str = ""                        # --name / --namespace / --uid: the VMI until a Sync says more
-    namespace: str = ""
-    uid: str = ""
-    vmm_dir: str = ""                     # VMM API socket, event FIFO, log; default <private-dir>/ch
-    vmm_start_timeout: float = 10.0
-    boot_timeout: float = 60.0            # PUT vm.boot (a large VM with prefault can take long)
-    prepare_timeout: float = 120.0
-    stop_timeout: float = 3.0             # each stage of vmm.shutdown -> SIGTERM -> SIGKILL
-    vmm_env: Mapping[str, str] | None = None  # None: the launcher's own environment
-
-    def launcher_env(self, pod: PodFacts | None = None) -> LauncherEnv:
-        """The translator's view of these directories (imported late: see HEAVY_MODULES)."""
-        from ch_launcher.convert import LauncherEnv
-
-        return LauncherEnv(private_dir=self.private_dir, share_dir=self.share_dir,
-                           ephemeral_disk_dir=self.ephemeral_disk_dir, container_disk_dir=self.container_disk_dir,
-                           hotplug_disk_dir=self.hotplug_disk_dir, firmware_dir=self.firmware_dir, pod=pod)
-
-    @property
-    def vmm_paths(self) -> tuple[str, str, str]:
-        d = self.vmm_dir or os.path.join(self.private_dir, "ch")
-        return os.path.join(d, "api.sock"), os.path.join(d, "events"), os.path.join(d, "ch.log")
 
 
 @dataclass
@@ -143,7 +64,6 @@ class DomainManager:
 
     def __init__(self, settings: ManagerSettings, sink: EventSink | None = None) -> None:
         self.settings = settings
-        self._sink = sink
         self._lock = asyncio.Lock()
         self._busy_with: str = ""
         self._ch = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ch-api")
@@ -163,11 +83,7 @@ class DomainManager:
         self._domain_json = ""
         self._announced = False             # an ADDED was sent for the current domain
         self._start_error: str | None = None  # a background start that failed, for the next Sync
-        self._outbox: collections.deque[tuple[str, Any]] = collections.deque()
-        self._outbox_ready = asyncio.Event()
-        self._outbox_empty = asyncio.Event()
-        self._outbox_empty.set()
-        self._pump_task: asyncio.Task[None] | None = None
+        self._outbox = Outbox(sink)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._changed = asyncio.Event()
         self.booted_once = asyncio.Event()   # a VM booted at least once ("domain defined")
@@ -217,7 +133,7 @@ class DomainManager:
             log.info("vm.counters unavailable for stats: %s", e)
         cfg = plan.config
         stats = await asyncio.to_thread(functools.partial(
-            domain_stats, name=vmi.domain_name, uuid=_uuid(plan, vmi), counters=counters, vmm_pid=vmm.pid,
+            domain_stats, name=vmi.domain_name, uuid=vm_uuid(plan, vmi), counters=counters, vmm_pid=vmm.pid,
             disks=tuple(plan.disks), interfaces=tuple(plan.interfaces),
             vcpus=cfg.cpus.boot_vcpus if cfg.cpus else 1, memory_bytes=cfg.memory.size if cfg.memory else 0))
         return json.dumps(stats, separators=(",", ":"))
@@ -242,7 +158,7 @@ class DomainManager:
     async def start(self) -> None:
         """Start the event pump and, in the background, the VMM (so the first Sync finds it up).
         A VMM that cannot start is logged here and reported by the first Sync."""
-        self._pump_task = asyncio.create_task(self._pump(), name="domain-events")
+        self._outbox.start()
 
         async def warm_up() -> None:
             await asyncio.to_thread(preload)
@@ -271,10 +187,7 @@ class DomainManager:
                 asyncio.get_running_loop().remove_reader(self._fifo.read_fd)
             self._fifo.close()
             self._fifo = None
-        if self._pump_task is not None:
-            self._pump_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._pump_task
+        await self._outbox.close()
         self._ch.shutdown(wait=False, cancel_futures=True)
         self._work.shutdown(wait=False, cancel_futures=True)
 
@@ -322,7 +235,7 @@ class DomainManager:
             raise CommandFailed(error)  # reported once; the next Sync tries again
         started = vmi is not None and vmi.status.phase in FINAL_PHASES
         outcome = lifecycle.decide(intent, self._vm.state, user_paused=self._vm.user_paused,
-                                   vmi_started=started, acpi=_acpi_enabled(vmi or self._vmi))
+                                   vmi_started=started, acpi=acpi_enabled(vmi or self._vmi))
         if outcome.error:
             raise CommandFailed(outcome.error)
         for step in outcome.steps:
@@ -345,7 +258,7 @@ class DomainManager:
             vm.grace.seconds = vmi.grace_period_seconds
             self._publish()
             if self._planned_vmi is not None and vm.state in (VmState.RUNNING, VmState.PAUSED):
-                _refuse_hotplug(self._planned_vmi, vmi)
+                refuse_hotplug(self._planned_vmi, vmi)
         elif step is Step.TRANSLATE:
             assert vmi is not None
             from ch_launcher.convert import LauncherOptions
@@ -394,7 +307,7 @@ class DomainManager:
         try:
             return await self._in_worker(translate, vmi, env, options)
         except UnsupportedFeatures as e:
-            causes = "; ".join(_cause(p.field, p.message) for p in e.problems)
+            causes = "; ".join(cause(p.field, p.message) for p in e.problems)
             raise CommandFailed(f"the VMI cannot run on Cloud Hypervisor: {causes}") from None
 
     async def _prepare(self) -> None:
@@ -405,7 +318,7 @@ class DomainManager:
             await self._in_worker(functools.partial(prepare.execute, self._plan,
                                                     timeout=self.settings.prepare_timeout))
         except prepare.PreparationError as e:
-            raise CommandFailed(f"preparing the VM failed: {_cause(e.field, e.message)}") from None
+            raise CommandFailed(f"preparing the VM failed: {cause(e.field, e.message)}") from None
         await self._start_console()
         self._start_dhcp()
 
@@ -536,7 +449,7 @@ class DomainManager:
         if vmi is not None:
             view = deleted_domain_view(vmi.metadata.name, vmi.metadata.namespace, vmi.metadata.uid,
                                        now_rfc3339())
-            self._queue(("domain", (domain_json(view), "MODIFIED")))
+            self._outbox.put_domain(domain_json(view), "MODIFIED")
         self.forgotten.set()
         self._bump()
 
@@ -591,7 +504,7 @@ class DomainManager:
         self._read_events()
         self._release_vmm(vmm)
         vm = self._vm
-        how = _describe_exit(code)
+        how = describe_exit(code)
         if vm.soft_reboot and vm.saw_shutdown and not vm.killing and vm.state in (VmState.RUNNING, VmState.PAUSED):
             log.info("the guest shut down for a soft reboot; booting it again")
             vm.soft_reboot = False
@@ -640,79 +553,26 @@ class DomainManager:
         """Rebuild the Domain JSON; send it when it changed (or `force`: a VMM event)."""
         vm, vmi = self._vm, self._vmi
         status = lifecycle.domain_status(vm.state, user_paused=vm.user_paused, down=vm.down)
-        text = "" if status is None or vmi is None or self._plan is None else domain_json(self._view(*status))
+        text = "" if status is None or vmi is None or self._plan is None else domain_json(
+            domain_view(vmi, self._plan, *status, grace=vm.grace.view(), panic_count=vm.panic_count))
         changed = text != self._domain_json
         self._domain_json = text
         if text and (changed or force):
             kind = "MODIFIED" if self._announced else "ADDED"
             self._announced = True
-            self._queue(("domain", (text, kind)))
+            self._outbox.put_domain(text, kind)
             log.info("domain %s: %s/%s", kind, status[0].value, status[1].value)  # type: ignore[index]
         self._bump()
-
-    def _view(self, status: LifeCycle, reason: Reason) -> DomainView:
-        vmi, plan = self._vmi, self._plan
-        assert vmi is not None and plan is not None
-        cfg = plan.config
-        vcpus = cfg.cpus.boot_vcpus if cfg.cpus else 1
-        topo = cfg.cpus.topology if cfg.cpus else None
-        if topo is not None:
-            sockets, cores, threads = topo.packages, topo.cores_per_die * topo.dies_per_package, topo.threads_per_core
-        else:
-            sockets, cores, threads = vcpus, 1, 1  # KubeVirt's default: one socket per vCPU
-        memory = cfg.memory.size if cfg.memory else 0
-        payload = cfg.payload
-        bootloader = vmi.spec.domain.firmware.bootloader if vmi.spec.domain.firmware else None
-        return DomainView(
-            name=vmi.metadata.name, namespace=vmi.metadata.namespace, uid=vmi.metadata.uid,
-            status=status, reason=reason, grace=self._vm.grace.view(),
-            sockets=sockets, cores=cores, threads=threads, vcpus=vcpus, memory_bytes=memory,
-            disks=tuple(plan.disks), interfaces=tuple(plan.interfaces), acpi=_acpi_enabled(vmi),
-            uuid=_uuid(plan, vmi), machine=vmi.spec.domain.machine.type if vmi.spec.domain.machine else "",
-            firmware="efi" if bootloader is not None and bootloader.efi is not None else "",
-            kernel=(payload.kernel or "") if payload else "", initrd=(payload.initramfs or "") if payload else "",
-            kernel_args=(payload.cmdline or "") if payload else "", panic_count=self._vm.panic_count)
-
-    def _queue(self, item: tuple[str, Any]) -> None:
-        self._outbox.append(item)
-        self._outbox_empty.clear()
-        self._outbox_ready.set()
 
     def _k8s_event(self, type_: str, reason: str, message: str) -> None:
         vmi = self._vmi
         if vmi is not None:
-            self._queue(("k8s", dict(type=type_, reason=reason, message=message, namespace=vmi.metadata.namespace,
-                                     name=vmi.metadata.name, uid=vmi.metadata.uid)))
-
-    async def _pump(self) -> None:
-        """Hand events to the sink one at a time, in the order they happened."""
-        while True:
-            await self._outbox_ready.wait()
-            self._outbox_ready.clear()
-            while self._outbox:
-                kind, payload = self._outbox.popleft()
-                if self._sink is None:
-                    continue
-                try:
-                    if kind == "domain":
-                        await self._sink.send_domain(*payload)
-                    else:
-                        await self._sink.send_k8s_event(**payload)
-                except Exception:  # noqa: BLE001 - a broken sink must not stop the VM's events
-                    log.exception("could not queue a %s event for virt-handler", kind)
-            self._outbox_empty.set()
+            self._outbox.put_k8s_event(type=type_, reason=reason, message=message, namespace=vmi.metadata.namespace,
+                                       name=vmi.metadata.name, uid=vmi.metadata.uid)
 
     async def flush_events(self, timeout: float) -> bool:
         """Wait until every queued event went to virt-handler (or `timeout`); True if so."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        try:
-            await asyncio.wait_for(self._outbox_empty.wait(), timeout)
-        except TimeoutError:
-            return False
-        if self._sink is None:
-            return True
-        return await self._sink.flush(max(0.0, deadline - loop.time()))
+        return await self._outbox.flush(timeout)
 
     def _bump(self) -> None:
         event, self._changed = self._changed, asyncio.Event()
@@ -827,108 +687,3 @@ class DomainManager:
         return vmi.model_copy(update={"metadata": meta})
 
 
-def release_memory() -> None:
-    """Give back what translation and preparation allocated (pydantic validation, ISO
-    buffers): collect cycles, then return free heap pages to the kernel (glibc's malloc_trim).
-    A launcher idles for the life of its VM, so its resident size is what a node pays for."""
-    import ctypes
-    import gc
-
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
-def read_pod_facts(environ: Mapping[str, str] | None = None, sys_root: str = "/sys") -> PodFacts:
-    """What translation needs from the pod: environment, the container's cpuset, link MTUs and
-    MACs, and the network-info downward-API file (SR-IOV and vhost-user device info; its path
-    can be moved with env CH_NETWORK_INFO, for tests)."""
-    from ch_launcher.convert import PodFacts
-    from ch_launcher.convert.netinfo import NETWORK_INFO_PATH
-
-    cpuset: tuple[int, ...] = ()
-    for path in (f"{sys_root}/fs/cgroup/cpuset.cpus.effective", f"{sys_root}/fs/cgroup/cpuset/cpuset.cpus"):
-        try:
-            with open(path) as f:
-                cpuset = parse_cpu_list(f.read())
-            break
-        except (OSError, ValueError):
-            continue
-    if not cpuset:
-        with contextlib.suppress(AttributeError, OSError):
-            cpuset = tuple(sorted(os.sched_getaffinity(0)))
-    mtus: dict[str, int] = {}
-    macs: dict[str, str] = {}
-    with contextlib.suppress(OSError):
-        for link in os.listdir(f"{sys_root}/class/net"):
-            with contextlib.suppress(OSError, ValueError), open(f"{sys_root}/class/net/{link}/mtu") as f:
-                mtus[link] = int(f.read().strip())
-            with contextlib.suppress(OSError), open(f"{sys_root}/class/net/{link}/address") as f:
-                macs[link] = f.read().strip()
-    pod_env = dict(os.environ if environ is None else environ)
-    network_info = None
-    with contextlib.suppress(OSError), open(pod_env.get("CH_NETWORK_INFO", NETWORK_INFO_PATH), errors="replace") as f:
-        network_info = f.read()
-    return PodFacts(environ=pod_env, cpuset=cpuset, link_mtu=mtus, link_mac=macs, network_info=network_info)
-
-
-def parse_cpu_list(text: str) -> tuple[int, ...]:
-    """"0-3,8,10-11" -> (0, 1, 2, 3, 8, 10, 11). Raises ValueError on anything else."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        first, last = int(lo), int(hi or lo)
-        if last < first:
-            raise ValueError(f"bad CPU range {part!r}")
-        cpus.update(range(first, last + 1))
-    return tuple(sorted(cpus))
-
-
-def _refuse_hotplug(booted: VirtualMachineInstance, vmi: VirtualMachineInstance) -> None:
-    """virt-handler delivers disk and NIC hotplug as a changed VMI in a later Sync; this backend
-    does not hot-add devices, so say so instead of leaving virt-handler waiting for them."""
-    for path, before, after in (
-        ("spec.domain.devices.disks", [d.name for d in booted.spec.domain.devices.disks],
-         [d.name for d in vmi.spec.domain.devices.disks]),
-        ("spec.domain.devices.interfaces", [i.name for i in booted.spec.domain.devices.interfaces],
-         [i.name for i in vmi.spec.domain.devices.interfaces]),
-    ):
-        if before != after:
-            added = sorted(set(after) - set(before))
-            removed = sorted(set(before) - set(after))
-            change = ", ".join(filter(None, (f"added {added}" if added else "", f"removed {removed}" if removed else "")))
-            raise CommandFailed(f"{path} changed on a running VM ({change or 'reordered'}): hotplug is not "
-                                f"supported by the Cloud Hypervisor backend")
-
-
-def _acpi_enabled(vmi: VirtualMachineInstance | None) -> bool:
-    """Cloud Hypervisor always gives x86 guests ACPI; only an explicit `acpi.enabled: false` says no."""
-    features = vmi.spec.domain.features if vmi is not None else None
-    return not (features is not None and features.acpi is not None and features.acpi.enabled is False)
-
-
-def _uuid(plan: Plan, vmi: VirtualMachineInstance) -> str:
-    platform = plan.config.platform
-    if platform is not None and platform.system_uuid:
-        return platform.system_uuid
-    firmware = vmi.spec.domain.firmware
-    return firmware.uuid if firmware is not None and firmware.uuid else ""
-
-
-def _cause(field_path: str, message: str) -> str:
-    return message if not field_path or field_path in message else f"{field_path}: {message}"
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "did not exit"
-    if code < 0:
-        import signal
-
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"

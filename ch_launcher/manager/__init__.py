@@ -1,0 +1,28 @@
+"""The domain manager: one VM on one Cloud Hypervisor process, driven by virt-handler's commands.
+
+`DomainManager.execute(intent, vmi, ...)` looks up the steps of `lifecycle.decide()` and runs
+them under one asyncio lock, so commands never interleave. Blocking REST calls run in one worker
+thread (CH serves one request at a time anyway); translation and preparation run in another.
+
+What the manager observes becomes the Domain that virt-handler sees:
+- CH's event stream (a FIFO read with `add_reader`) and the VMM's exit (its pidfd, also with
+  `add_reader`) move the `VmState` (`lifecycle.state_after_event`, `lifecycle.down_reason`);
+- every change rebuilds the Domain JSON once; `domain_json` is what GetDomain answers (no lock,
+  no I/O), and each change is sent through the `EventSink` (virt-handler's Notify) in order:
+  ADDED for a freshly booted domain, MODIFIED afterwards, and a final MODIFIED with
+  `ObjectMeta.deletionTimestamp` when the VM is forgotten (contract §2.5, §10.4).
+
+Nothing here polls: while nothing happens the manager waits on file descriptors and events.
+
+Failure behaviour: a command that cannot do what it was asked raises `CommandFailed` with the
+text virt-handler shows (in-band `success=false`); anything else escaping is a bug. A VMM that
+dies under a live VM becomes Shutoff/Crashed (plus a K8s Warning event) and the manager keeps
+serving; the next Sync of a VMI that is not yet Running starts a new VMM.
+"""
+
+from ch_launcher.manager.core import DomainManager
+from ch_launcher.manager.pod import parse_cpu_list, read_pod_facts, release_memory
+from ch_launcher.manager.settings import HEAVY_MODULES, CommandFailed, EventSink, ManagerSettings, preload
+
+__all__ = ["HEAVY_MODULES", "CommandFailed", "DomainManager", "EventSink", "ManagerSettings", "parse_cpu_list",
+           "preload", "read_pod_facts", "release_memory"]

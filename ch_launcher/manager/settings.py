@@ -1,0 +1,73 @@
+"""What the manager is told (`ManagerSettings`), what it reports failures with
+(`CommandFailed`), where its events go (`EventSink`), and the imports it defers (`preload`)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ch_launcher.convert import LauncherEnv, PodFacts
+
+# What the first Sync needs and readiness does not (pydantic models, requests, the configurators):
+# about 0.3 s of imports, so `preload()` runs them in a thread once the command socket is ready.
+HEAVY_MODULES = ("ch_launcher.kubevirt.vmi", "ch_launcher.ch.api", "ch_launcher.ch.process", "ch_launcher.convert",
+                 "ch_launcher.prepare", "ch_launcher.dhcp", "ch_launcher.stats")
+
+
+def preload() -> None:
+    for name in HEAVY_MODULES:
+        importlib.import_module(name)
+
+
+class CommandFailed(Exception):
+    """A command could not do what it was asked; `str(self)` is the in-band message."""
+
+
+class EventSink(Protocol):
+    """Where Domain and K8s events go (the Notify client, `ch_launcher.notify.Notifier`)."""
+
+    async def send_domain(self, domain_json: str, event_type: str = "MODIFIED") -> None: ...
+
+    async def send_k8s_event(self, *, type: str, reason: str, message: str,  # noqa: A002 (Event.type)
+                             namespace: str, name: str, uid: str) -> None: ...
+
+    async def flush(self, timeout: float) -> bool: ...
+
+
+@dataclass(frozen=True)
+class ManagerSettings:
+    """Where things live and how long to wait. Every path derives from the launcher's flags."""
+
+    private_dir: str = "/var/run/kubevirt-private"
+    share_dir: str = "/var/run/kubevirt"
+    ephemeral_disk_dir: str = "/var/run/kubevirt-ephemeral-disks"
+    container_disk_dir: str = "/var/run/kubevirt/container-disks"
+    hotplug_disk_dir: str = "/var/run/kubevirt/hotplug-disks"
+    firmware_dir: str = "/usr/share/cloud-hypervisor"
+    ch_binary: str = "/usr/bin/cloud-hypervisor"
+    name: str = ""                        # --name / --namespace / --uid: the VMI until a Sync says more
+    namespace: str = ""
+    uid: str = ""
+    vmm_dir: str = ""                     # VMM API socket, event FIFO, log; default <private-dir>/ch
+    vmm_start_timeout: float = 10.0
+    boot_timeout: float = 60.0            # PUT vm.boot (a large VM with prefault can take long)
+    prepare_timeout: float = 120.0
+    stop_timeout: float = 3.0             # each stage of vmm.shutdown -> SIGTERM -> SIGKILL
+    vmm_env: Mapping[str, str] | None = None  # None: the launcher's own environment
+
+    def launcher_env(self, pod: PodFacts | None = None) -> LauncherEnv:
+        """The translator's view of these directories (imported late: see HEAVY_MODULES)."""
+        from ch_launcher.convert import LauncherEnv
+
+        return LauncherEnv(private_dir=self.private_dir, share_dir=self.share_dir,
+                           ephemeral_disk_dir=self.ephemeral_disk_dir, container_disk_dir=self.container_disk_dir,
+                           hotplug_disk_dir=self.hotplug_disk_dir, firmware_dir=self.firmware_dir, pod=pod)
+
+    @property
+    def vmm_paths(self) -> tuple[str, str, str]:
+        d = self.vmm_dir or os.path.join(self.private_dir, "ch")
+        return os.path.join(d, "api.sock"), os.path.join(d, "events"), os.path.join(d, "ch.log")

@@ -1,0 +1,83 @@
+"""How the manager's facts read to virt-handler: the Domain view, and texts for failures."""
+
+from __future__ import annotations
+
+import signal
+from typing import TYPE_CHECKING
+
+from ch_launcher.kubevirt.domain import DomainView, GracePeriod, LifeCycle, Reason
+from ch_launcher.manager.settings import CommandFailed
+
+if TYPE_CHECKING:
+    from ch_launcher.convert import Plan
+    from ch_launcher.kubevirt.vmi import VirtualMachineInstance
+
+
+def domain_view(vmi: VirtualMachineInstance, plan: Plan, status: LifeCycle, reason: Reason, *, grace: GracePeriod,
+                panic_count: int) -> DomainView:
+    """The Domain of the VM `plan` describes, made from `vmi`, in `status`/`reason`."""
+    cfg = plan.config
+    vcpus = cfg.cpus.boot_vcpus if cfg.cpus else 1
+    topo = cfg.cpus.topology if cfg.cpus else None
+    if topo is not None:
+        sockets, cores, threads = topo.packages, topo.cores_per_die * topo.dies_per_package, topo.threads_per_core
+    else:
+        sockets, cores, threads = vcpus, 1, 1  # KubeVirt's default: one socket per vCPU
+    memory = cfg.memory.size if cfg.memory else 0
+    payload = cfg.payload
+    bootloader = vmi.spec.domain.firmware.bootloader if vmi.spec.domain.firmware else None
+    return DomainView(
+        name=vmi.metadata.name, namespace=vmi.metadata.namespace, uid=vmi.metadata.uid,
+        status=status, reason=reason, grace=grace,
+        sockets=sockets, cores=cores, threads=threads, vcpus=vcpus, memory_bytes=memory,
+        disks=tuple(plan.disks), interfaces=tuple(plan.interfaces), acpi=acpi_enabled(vmi),
+        uuid=vm_uuid(plan, vmi), machine=vmi.spec.domain.machine.type if vmi.spec.domain.machine else "",
+        firmware="efi" if bootloader is not None and bootloader.efi is not None else "",
+        kernel=(payload.kernel or "") if payload else "", initrd=(payload.initramfs or "") if payload else "",
+        kernel_args=(payload.cmdline or "") if payload else "", panic_count=panic_count)
+
+
+def refuse_hotplug(booted: VirtualMachineInstance, vmi: VirtualMachineInstance) -> None:
+    """virt-handler delivers disk and NIC hotplug as a changed VMI in a later Sync; this backend
+    does not hot-add devices, so say so instead of leaving virt-handler waiting for them."""
+    for path, before, after in (
+        ("spec.domain.devices.disks", [d.name for d in booted.spec.domain.devices.disks],
+         [d.name for d in vmi.spec.domain.devices.disks]),
+        ("spec.domain.devices.interfaces", [i.name for i in booted.spec.domain.devices.interfaces],
+         [i.name for i in vmi.spec.domain.devices.interfaces]),
+    ):
+        if before != after:
+            added = sorted(set(after) - set(before))
+            removed = sorted(set(before) - set(after))
+            change = ", ".join(filter(None, (f"added {added}" if added else "", f"removed {removed}" if removed else "")))
+            raise CommandFailed(f"{path} changed on a running VM ({change or 'reordered'}): hotplug is not "
+                                f"supported by the Cloud Hypervisor backend")
+
+
+def acpi_enabled(vmi: VirtualMachineInstance | None) -> bool:
+    """Cloud Hypervisor always gives x86 guests ACPI; only an explicit `acpi.enabled: false` says no."""
+    features = vmi.spec.domain.features if vmi is not None else None
+    return not (features is not None and features.acpi is not None and features.acpi.enabled is False)
+
+
+def vm_uuid(plan: Plan, vmi: VirtualMachineInstance) -> str:
+    platform = plan.config.platform
+    if platform is not None and platform.system_uuid:
+        return platform.system_uuid
+    firmware = vmi.spec.domain.firmware
+    return firmware.uuid if firmware is not None and firmware.uuid else ""
+
+
+def cause(field_path: str, message: str) -> str:
+    return message if not field_path or field_path in message else f"{field_path}: {message}"
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
