@@ -7,22 +7,22 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ch_launcher import lifecycle
-from ch_launcher.ch.events import Event, EventFifo, EventStreamParser, open_event_fifo
-from ch_launcher.console import ConsoleError, SerialConsole
+from ch_launcher.ch.events import Event
 from ch_launcher.kubevirt.domain import GracePeriod, Reason, deleted_domain_view, domain_json, now_rfc3339
 from ch_launcher.lifecycle import Intent, Step, VmState
+from ch_launcher.manager.guest import GuestServices
 from ch_launcher.manager.outbox import Outbox
 from ch_launcher.manager.pod import read_pod_facts, release_memory
 from ch_launcher.manager.settings import CommandFailed, EventSink, ManagerSettings, preload
 from ch_launcher.manager.view import (
     acpi_enabled, cause, describe_exit, domain_view, refuse_hotplug, vm_uuid,
 )
+from ch_launcher.manager.vmm import VmmHost
 
 if TYPE_CHECKING:
     from ch_launcher.ch.process import VmmProcess
@@ -73,13 +73,8 @@ class DomainManager:
         self._plan: Plan | None = None
         self._planned_vmi: VirtualMachineInstance | None = None  # the VMI the plan was made from
         self._options: LauncherOptions | None = None
-        self._vmm: VmmProcess | None = None
-        self._spawned: list[VmmProcess] = []  # every VMM ever started, so close() leaves none behind
-        self._fifo: EventFifo | None = None
-        self._parser = EventStreamParser()
-        self._console: SerialConsole | None = None
-        self._dhcp: Any = None
-        self._version: str | None = None
+        self._host = VmmHost(settings, self._api, self._on_event, self._on_vmm_exit)
+        self._guest = GuestServices(settings)
         self._domain_json = ""
         self._announced = False             # an ADDED was sent for the current domain
         self._start_error: str | None = None  # a background start that failed, for the next Sync
@@ -104,15 +99,15 @@ class DomainManager:
     @property
     def vmm_version(self) -> str | None:
         """The VMM's version from `vmm.ping` ("53.0.0"), once a VMM has answered."""
-        return self._version
+        return self._host.version
 
     @property
     def vmm_pid(self) -> int | None:
-        return self._vmm.pid if self._vmm is not None else None
+        return self._host.current.pid if self._host.current is not None else None
 
     def owned_pids(self) -> set[int]:
         """Children whose exit status the VMM supervisor collects itself (not to be reaped by others)."""
-        return {vmm.pid for vmm in list(self._spawned) if vmm.returncode is None}
+        return self._host.owned_pids()
 
     async def domain_stats(self, timeout: float) -> str:
         """stats.DomainStats JSON of the running VM, or "" when there is none (contract §12).
@@ -122,7 +117,7 @@ class DomainManager:
         from ch_launcher.ch.api import ChApiError
         from ch_launcher.stats import domain_stats
 
-        vmm, plan, vmi = self._vmm, self._plan, self._vmi
+        vmm, plan, vmi = self._host.current, self._plan, self._vmi
         if vmm is None or plan is None or vmi is None or self._vm.state not in (
                 VmState.RUNNING, VmState.PAUSED, VmState.PANICKED):
             return ""
@@ -174,19 +169,8 @@ class DomainManager:
         for task in list(self._tasks):
             task.cancel()
         self._vm.killing = True
-        for vmm in self._spawned:
-            if vmm.poll() is None:
-                # Its own thread: the REST worker may be stuck on a hung call. Short waits: at this
-                # point a VM that mattered has been stopped already.
-                with contextlib.suppress(Exception):
-                    await asyncio.to_thread(vmm.terminate, 1.0, 2.0)
-            self._release_vmm(vmm)
-        await self._stop_console_and_dhcp()
-        if self._fifo is not None:
-            with contextlib.suppress(Exception):
-                asyncio.get_running_loop().remove_reader(self._fifo.read_fd)
-            self._fifo.close()
-            self._fifo = None
+        await self._host.close()
+        await self._guest.stop()
         await self._outbox.close()
         self._ch.shutdown(wait=False, cancel_futures=True)
         self._work.shutdown(wait=False, cancel_futures=True)
@@ -319,48 +303,30 @@ class DomainManager:
                                                     timeout=self.settings.prepare_timeout))
         except prepare.PreparationError as e:
             raise CommandFailed(f"preparing the VM failed: {cause(e.field, e.message)}") from None
-        await self._start_console()
-        self._start_dhcp()
+        assert self._vmi is not None
+        await self._guest.start(self._plan, self._vmi, self._options)
 
     async def _ensure_vmm(self) -> VmmProcess:
-        from ch_launcher.ch.process import VmmProcess, VmmStartError
+        from ch_launcher.ch.process import VmmStartError
 
-        vmm = self._vmm
+        vmm = self._host.current
         if vmm is not None and vmm.poll() is None:
             return vmm
         if vmm is not None:
             await self._vmm_gone(vmm)
-        api_socket, events, log_file = self.settings.vmm_paths
-        loop = asyncio.get_running_loop()
-        if self._fifo is None:
-            os.makedirs(os.path.dirname(api_socket), mode=0o700, exist_ok=True)
-            self._fifo = open_event_fifo(events)
-            loop.add_reader(self._fifo.read_fd, self._read_events)
-        self._read_events()
-        self._parser = EventStreamParser()  # a dead VMM may have left half an event behind
-        def spawn() -> VmmProcess:
-            vmm = VmmProcess.spawn(self.settings.ch_binary, api_socket=api_socket, event_monitor=events,
-                                   log_file=log_file, env=self.settings.vmm_env)
-            self._spawned.append(vmm)  # known to close() even if this coroutine is cancelled now
-            return vmm
-
         try:
-            vmm = await self._api(spawn)
+            vmm = await self._host.spawn()
         except VmmStartError as e:
             raise CommandFailed(f"cannot start cloud-hypervisor: {e}") from None
-        self._vmm = vmm
         self._vm.killing = self._vm.saw_shutdown = False
-        if vmm.pidfd is not None:
-            loop.add_reader(vmm.pidfd, self._on_vmm_exit, vmm)
         try:
-            pong = await self._api(vmm.wait_ready, self.settings.vmm_start_timeout)
+            version = await self._host.wait_ready(vmm)
         except VmmStartError as e:
             self._vm.killing = True
             await self._api(vmm.terminate, 1.0, 1.0)
             await self._vmm_gone(vmm)
             raise CommandFailed(f"cloud-hypervisor did not start: {e}") from None
-        self._version = pong.version
-        log.info("cloud-hypervisor %s is up (pid %d)", pong.version, vmm.pid)
+        log.info("cloud-hypervisor %s is up (pid %d)", version, vmm.pid)
         self._bump()
         return vmm
 
@@ -373,8 +339,8 @@ class DomainManager:
     async def _create(self) -> None:
         from ch_launcher.ch.api import ChApiError, Conflict
 
-        assert self._plan is not None and self._vmm is not None
-        client = self._vmm.client
+        assert self._plan is not None and self._host.current is not None
+        client = self._host.current.client
         for attempt in (1, 2):
             try:
                 await self._api(client.create, self._plan.config)
@@ -389,8 +355,8 @@ class DomainManager:
     async def _boot(self) -> None:
         from ch_launcher.ch.api import ChApiError, VmmUnavailable
 
-        assert self._vmm is not None and self._vmi is not None
-        client = self._vmm.client
+        assert self._host.current is not None and self._vmi is not None
+        client = self._host.current.client
         try:
             await self._api(client.boot, timeout=self.settings.boot_timeout)
         except ChApiError as e:
@@ -407,14 +373,14 @@ class DomainManager:
         self._vm.down = None
         self._set_state(VmState.RUNNING, force=True)
         self.booted_once.set()
-        self._attach_console()
+        self._guest.attach_console()
         release_memory()
 
     async def _vm_call(self, what: str, call: Callable[[Any], None], new_state: VmState | None,
                        undo: Callable[[], None] | None = None) -> None:
         from ch_launcher.ch.api import ChApiError, Conflict, VmNotCreated
 
-        vmm = self._vmm
+        vmm = self._host.current
         if vmm is None:
             raise CommandFailed(lifecycle.NOT_RUNNING)
         try:
@@ -433,7 +399,7 @@ class DomainManager:
             self._set_state(new_state)  # the VMM's event that follows forces the notification
 
     async def _stop_vmm(self) -> None:
-        vmm = self._vmm
+        vmm = self._host.current
         if vmm is None:
             return
         self._vm.killing = True
@@ -442,7 +408,7 @@ class DomainManager:
 
     async def _forget(self) -> None:
         vmi = self._vmi
-        await self._stop_console_and_dhcp()
+        await self._guest.stop()
         self._vm = _Vm(grace=self._vm.grace, panic_count=self._vm.panic_count)
         self._domain_json = ""
         self._announced = False
@@ -454,18 +420,6 @@ class DomainManager:
         self._bump()
 
     # --- observations --------------------------------------------------------------------------
-
-    def _read_events(self) -> None:
-        fifo = self._fifo
-        if fifo is None:
-            return
-        try:
-            data = fifo.read_available()
-        except OSError:
-            return
-        if data:
-            for event in self._parser.feed(data):
-                self._on_event(event)
 
     def _on_event(self, event: Event) -> None:
         vm = self._vm
@@ -486,11 +440,9 @@ class DomainManager:
         if new is not None or name in lifecycle.NOTIFY_EVENTS:
             self._set_state(new or vm.state, force=name in lifecycle.NOTIFY_EVENTS)
         if name == "vm:rebooted":
-            self._attach_console()
+            self._guest.attach_console()
 
     def _on_vmm_exit(self, vmm: VmmProcess) -> None:
-        with contextlib.suppress(Exception):
-            asyncio.get_running_loop().remove_reader(vmm.pidfd)  # type: ignore[arg-type]
         self._background(self._vmm_gone(vmm))
 
     async def _vmm_gone(self, vmm: VmmProcess) -> None:
@@ -499,10 +451,10 @@ class DomainManager:
         code = vmm.poll()
         if code is None:  # another thread is reaping it (terminate): wait for that
             code = await asyncio.to_thread(vmm.wait, 30.0)
-        if vmm is not self._vmm:
+        if vmm is not self._host.current:
             return
-        self._read_events()
-        self._release_vmm(vmm)
+        self._host.read_events()
+        self._host.release(vmm)
         vm = self._vm
         how = describe_exit(code)
         if vm.soft_reboot and vm.saw_shutdown and not vm.killing and vm.state in (VmState.RUNNING, VmState.PAUSED):
@@ -534,14 +486,6 @@ class DomainManager:
             log.error("soft reboot: %s", e)
             self._vm.down = Reason.CRASHED
             self._set_state(VmState.DOWN, force=True)
-
-    def _release_vmm(self, vmm: VmmProcess) -> None:
-        if vmm.pidfd is not None:
-            with contextlib.suppress(Exception):
-                asyncio.get_running_loop().remove_reader(vmm.pidfd)
-        vmm.close()
-        if self._vmm is vmm:
-            self._vmm = None
 
     # --- the Domain ----------------------------------------------------------------------------
 
@@ -577,58 +521,6 @@ class DomainManager:
     def _bump(self) -> None:
         event, self._changed = self._changed, asyncio.Event()
         event.set()
-
-    # --- console and DHCP ----------------------------------------------------------------------
-
-    async def _start_console(self) -> None:
-        plan, vmi = self._plan, self._vmi
-        if self._console is not None or plan is None or vmi is None or not plan.serial_socket:
-            return
-        vmi_dir = os.path.join(self.settings.private_dir, vmi.metadata.uid)
-        options_log = not (self._options is not None and self._options.serial_console_log_disabled)
-        console = SerialConsole(plan.serial_socket, os.path.join(vmi_dir, "virt-serial0"),
-                                os.path.join(vmi_dir, "virt-serial0-log") if options_log else None)
-        try:
-            await console.start()
-        except ConsoleError as e:
-            raise CommandFailed(str(e)) from None
-        self._console = console
-
-    def _attach_console(self) -> None:
-        console = self._console
-        if console is None:
-            return
-
-        async def attach() -> None:
-            try:
-                await console.attach_vmm()
-            except ConsoleError as e:
-                log.warning("serial console: %s", e)
-
-        self._background(attach())
-
-    def _start_dhcp(self) -> None:
-        """DHCP for bridge/masquerade interfaces (the Plan says which), before the guest boots."""
-        from ch_launcher.dhcp import DhcpError, start_dhcp
-
-        plan, vmi = self._plan, self._vmi
-        if self._dhcp is not None or plan is None or vmi is None:
-            return
-        hostname = vmi.spec.hostname or vmi.metadata.name  # what virt-launcher offers the guest
-        try:
-            self._dhcp = start_dhcp(plan, self.settings.launcher_env(), hostname=hostname)
-        except DhcpError as e:
-            raise CommandFailed(f"cannot serve DHCP to the guest: {e}") from None
-
-    async def _stop_console_and_dhcp(self) -> None:
-        console, self._console = self._console, None
-        if console is not None:
-            with contextlib.suppress(Exception):
-                await console.close()
-        dhcp, self._dhcp = self._dhcp, None
-        if dhcp is not None:
-            with contextlib.suppress(Exception):
-                dhcp.stop()
 
     # --- helpers -------------------------------------------------------------------------------
 

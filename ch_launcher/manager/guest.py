@@ -1,0 +1,86 @@
+"""The guest-facing services around the VM: its serial console and, for bridge/masquerade
+interfaces, its DHCP server. Started once per plan before boot, stopped when the VM is forgotten."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from ch_launcher.console import ConsoleError, SerialConsole
+from ch_launcher.manager.settings import CommandFailed, ManagerSettings
+
+if TYPE_CHECKING:
+    from ch_launcher.convert import LauncherOptions, Plan
+    from ch_launcher.kubevirt.vmi import VirtualMachineInstance
+
+log = logging.getLogger(__name__)
+
+
+class GuestServices:
+    """Console bridge (`<private-dir>/<uid>/virt-serial0`, log `virt-serial0-log`) and DHCP."""
+
+    def __init__(self, settings: ManagerSettings) -> None:
+        self.settings = settings
+        self._console: SerialConsole | None = None
+        self._dhcp: Any = None
+        self._attach: asyncio.Task[None] | None = None
+
+    async def start(self, plan: Plan, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
+        """Listen on the console socket and serve DHCP (idempotent). Raises CommandFailed."""
+        await self._start_console(plan, vmi, options)
+        self._start_dhcp(plan, vmi)
+
+    async def _start_console(self, plan: Plan, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
+        if self._console is not None or not plan.serial_socket:
+            return
+        vmi_dir = os.path.join(self.settings.private_dir, vmi.metadata.uid)
+        keep_log = not (options is not None and options.serial_console_log_disabled)
+        console = SerialConsole(plan.serial_socket, os.path.join(vmi_dir, "virt-serial0"),
+                                os.path.join(vmi_dir, "virt-serial0-log") if keep_log else None)
+        try:
+            await console.start()
+        except ConsoleError as e:
+            raise CommandFailed(str(e)) from None
+        self._console = console
+
+    def attach_console(self) -> None:
+        """Connect the console to the VMM's serial socket (after every boot or reboot), in the
+        background; a failure is logged (the VM runs without a console)."""
+        console = self._console
+        if console is None:
+            return
+
+        async def attach() -> None:
+            try:
+                await console.attach_vmm()
+            except ConsoleError as e:
+                log.warning("serial console: %s", e)
+
+        self._attach = asyncio.ensure_future(attach())
+
+    def _start_dhcp(self, plan: Plan, vmi: VirtualMachineInstance) -> None:
+        from ch_launcher.dhcp import DhcpError, start_dhcp
+
+        if self._dhcp is not None:
+            return
+        hostname = vmi.spec.hostname or vmi.metadata.name  # what virt-launcher offers the guest
+        try:
+            self._dhcp = start_dhcp(plan, self.settings.launcher_env(), hostname=hostname)
+        except DhcpError as e:
+            raise CommandFailed(f"cannot serve DHCP to the guest: {e}") from None
+
+    async def stop(self) -> None:
+        if self._attach is not None:
+            self._attach.cancel()
+            self._attach = None
+        console, self._console = self._console, None
+        if console is not None:
+            with contextlib.suppress(Exception):
+                await console.close()
+        dhcp, self._dhcp = self._dhcp, None
+        if dhcp is not None:
+            with contextlib.suppress(Exception):
+                dhcp.stop()
