@@ -304,7 +304,10 @@ class DomainEvent:
 
     def __str__(self) -> str:
         what = "deleted" if self.deleted else f"{self.status}/{self.reason}"
-        return f"{self.event_type} {what}"
+        notes = [note for key, note in (("DeletionTimestamp", "graceful shutdown signalled"),
+                                        ("MarkedForGracefulShutdown", "marked for graceful shutdown"))
+                 if self.grace.get(key)]
+        return f"{self.event_type} {what}" + (f" ({', '.join(notes)})" if notes else "")
 
 
 class NotifyRecorder:
