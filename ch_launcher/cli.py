@@ -279,11 +279,12 @@ async def supervise(manager, settings: Settings, stop: asyncio.Event, early_exit
         while True:
             # 3. watch the VM until it is down (or gone)
             while manager.state in alive:
-                stop_wait = asyncio.ensure_future(stop.wait())
-                change = asyncio.ensure_future(manager.wait_until(lambda: manager.state not in alive))
-                await asyncio.wait({stop_wait, change}, return_when=asyncio.FIRST_COMPLETED)
-                stop_wait.cancel()
-                change.cancel()
+                waits = {asyncio.ensure_future(manager.wait_until(lambda: manager.state not in alive))}
+                if grace_timer is None:  # until SIGTERM; afterwards only the VM's end matters
+                    waits.add(asyncio.ensure_future(stop.wait()))
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for waiter in waits:
+                    waiter.cancel()
                 if stop.is_set() and grace_timer is None:
                     await manager.mark_for_graceful_shutdown()
                     grace_timer = loop.call_later(max(0, settings.grace_period_seconds), kill_after_grace)

@@ -115,3 +115,73 @@ def test_as_pid_1_orphaned_zombies_are_reaped_but_not_the_vmm():
     assert not os.path.exists(f"/proc/{orphan.pid}")  # reaped: gone from /proc
     assert _is_zombie(vmm.pid)  # left for its supervisor
     assert vmm.wait(5) == 0
+
+
+class _FakeManager:
+    """Just enough of DomainManager for supervise(): a running VM that Kill stops."""
+
+    def __init__(self):
+        import asyncio
+
+        from ch_launcher.lifecycle import VmState
+
+        self.state = VmState.RUNNING
+        self.booted_once = asyncio.Event()
+        self.booted_once.set()
+        self.forgotten = asyncio.Event()
+        self.changed = asyncio.Event()
+        self.waits = 0
+        self.marked = 0
+        self.commands = []
+
+    async def wait_until(self, predicate, timeout=None):
+        import asyncio
+
+        self.waits += 1
+        while not predicate():
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), timeout)
+            except TimeoutError:
+                return predicate()
+        return True
+
+    async def mark_for_graceful_shutdown(self):
+        self.marked += 1
+
+    async def execute(self, intent, vmi, options=None, *, budget=18.0):
+        from ch_launcher.lifecycle import Intent, VmState
+
+        self.commands.append(intent)
+        if intent is Intent.KILL:
+            self.state = VmState.DOWN
+            self.changed.set()
+        return "done"
+
+    async def flush_events(self, timeout):
+        return True
+
+
+def test_after_sigterm_the_launcher_waits_for_the_vm_without_spinning():
+    import asyncio
+
+    from ch_launcher.cli import Settings, supervise
+    from ch_launcher.lifecycle import Intent
+
+    manager = _FakeManager()
+
+    async def story():
+        stop, early = asyncio.Event(), asyncio.Event()
+        task = asyncio.ensure_future(supervise(manager, Settings(grace_period_seconds=1), stop, early))
+        await asyncio.sleep(0.05)
+        stop.set()  # SIGTERM
+        await asyncio.sleep(0.5)  # inside the grace period: nothing to do but wait
+        assert manager.marked == 1 and manager.commands == []
+        assert manager.waits <= 3, f"the supervisor looped {manager.waits} times while waiting"
+        await asyncio.sleep(0.7)  # the grace period expires: the launcher kills the VM itself
+        assert manager.commands == [Intent.KILL]
+        manager.forgotten.set()  # virt-handler's Delete
+        manager.changed.set()
+        return await asyncio.wait_for(task, 5)
+
+    assert asyncio.run(story()) == 0
