@@ -166,8 +166,9 @@ class OneShotServer:
             except OSError:
                 conn.close()
                 continue
-            self.requests.append(data if not length else head + b"\r\n\r\n" + rest)
-            answer = self.respond(data)
+            request = head + b"\r\n\r\n" + rest  # the body may arrive after the headers
+            self.requests.append(request)
+            answer = self.respond(request)
             if answer == "hang":
                 self.held.append(conn)
                 continue
