@@ -5,10 +5,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-# Debian packages the tests use: dnsmasq (the guest's DHCP server), busybox (udhcpc as the guest's
-# DHCP client), qemu-utils (qemu-img checks the qcow2 overlays we write), iproute2 (network namespaces),
-# wrk (bench/admission.py's load generator).
-SYSTEM_TOOLS := dnsmasq:dnsmasq-base busybox:busybox qemu-img:qemu-utils ip:iproute2 wrk:wrk
+# Debian packages the tests use (command:package): busybox (udhcpc plays the guest's DHCP client),
+# qemu-utils (qemu-img checks the qcow2 overlays we write), iproute2 (network namespaces).
+TEST_TOOLS := busybox:busybox qemu-img:qemu-utils ip:iproute2
+# ... and the benchmarks: wrk (bench/admission.py's load generator).
+BENCH_TOOLS := wrk:wrk
 
 .PHONY: all demo test venv system-deps lint bench proto clean
 
@@ -23,8 +24,9 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 # Installs missing Debian packages when running as root (CI does); otherwise says what is missing.
+TOOLS ?= $(TEST_TOOLS)
 system-deps:
-	@missing=""; for pair in $(SYSTEM_TOOLS); do tool=$${pair%%:*}; pkg=$${pair##*:}; \
+	@missing=""; for pair in $(TOOLS); do tool=$${pair%%:*}; pkg=$${pair##*:}; \
 	  command -v $$tool >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
@@ -41,7 +43,8 @@ test: $(STAMP) system-deps
 	$(VENV)/bin/lint-imports --config .importlinter
 	$(PY) -m pytest
 
-bench: $(STAMP) system-deps
+bench: $(STAMP)
+	$(MAKE) --no-print-directory system-deps TOOLS="$(BENCH_TOOLS)"
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 
 proto: $(STAMP)

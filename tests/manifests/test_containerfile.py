@@ -21,7 +21,7 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 SCRIPTS = PYPROJECT["project"]["scripts"]
 VERSION = PYPROJECT["project"]["version"]
 # Programs ch-launcher might run, and the Debian package that provides each (the Makefile's
-# SYSTEM_TOOLS uses the same packages for the tests).
+# TEST_TOOLS uses the same packages for the tests).
 TOOL_PACKAGES = {"dnsmasq": "dnsmasq-base", "qemu-img": "qemu-utils", "busybox": "busybox", "udhcpc": "busybox",
                  "ip": "iproute2", "virtiofsd": "virtiofsd", "nft": "nftables", "iptables": "iptables"}
 # The firmware files the launcher looks for in --firmware-dir.
@@ -148,7 +148,8 @@ def test_the_launcher_image_installs_exactly_the_programs_the_launcher_runs():
 
 def test_the_packages_match_what_the_tests_install():
     makefile = (REPO / "Makefile").read_text()
-    pairs = dict(p.split(":") for p in re.search(r"SYSTEM_TOOLS\s*:=\s*(.*)", makefile).group(1).split())
+    pairs = dict(p.split(":") for p in re.search(r"TEST_TOOLS\s*:=\s*(.*)", makefile).group(1).split())
+    assert pairs, "the Makefile's TEST_TOOLS lists no Debian packages"
     for tool, package in pairs.items():
         if tool in TOOL_PACKAGES:
             assert TOOL_PACKAGES[tool] == package, tool
