@@ -29,10 +29,10 @@ its reconcile (or the feature would silently not work) after admission. Read ups
   version and exits 0, so backups proceed crash-consistent. Nothing to refuse (the image must
   ship virt-freezer, see docs/features.md).
 
-- `startStrategy: Paused`: KubeVirt starts such a VMI paused (the Domain is Paused/StartingUp
-  until `virtctl unpause`). The launcher boots every VM at once, so it is refused rather than
-  silently started running; `START_PAUSED_SUPPORTED` lifts this once the launcher can hold a
-  created VM before `vm.boot`.
+- `startStrategy: Paused`: KubeVirt starts such a VMI paused (Paused/User until `virtctl
+  unpause`). Cloud Hypervisor cannot boot paused, so the launcher pauses the VM right after
+  `vm.boot`, before announcing it: admitted with a warning that the guest's first instructions
+  run before the pause.
 
 `VFIO_ALLOWED` is the one switch that lifts the VFIO refusal once virt-handler accepts a non-QEMU
 runtime (`network` and `devices` already translate VFIO devices).
@@ -44,7 +44,6 @@ from ch_launcher.convert.context import Translation
 from ch_launcher.convert.errors import Reason
 
 VFIO_ALLOWED = False
-START_PAUSED_SUPPORTED = False
 HOOK_SIDECARS_ANNOTATION = "hooks.kubevirt.io/hookSidecars"
 _QEMU_PROCESS = "virt-handler then looks for a QEMU process and fails without one"
 
@@ -87,9 +86,9 @@ def configure_policy(t: Translation) -> None:
     if HOOK_SIDECARS_ANNOTATION in t.vmi.metadata.annotations:
         _refuse(t, f"metadata.annotations[{HOOK_SIDECARS_ANNOTATION}]",
                 "hook sidecars rewrite libvirt domain XML, which the Cloud Hypervisor launcher does not use")
-    if spec.startStrategy == "Paused" and not START_PAUSED_SUPPORTED:
-        _refuse(t, "spec.startStrategy", "Paused: the Cloud Hypervisor launcher boots the guest at once; "
-                "start the VMI running and pause it afterwards")
+    if spec.startStrategy == "Paused":
+        t.warn("spec.startStrategy", "Paused: Cloud Hypervisor cannot boot paused; the VM is paused right "
+               "after boot")
     if spec.evictionStrategy in ("LiveMigrate", "LiveMigrateIfPossible"):
         _refuse(t, "spec.evictionStrategy", f"{spec.evictionStrategy}: the Cloud Hypervisor backend cannot "
                 "migrate, so a node drain would block on failing migrations; use None or External")

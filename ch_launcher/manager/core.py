@@ -357,8 +357,16 @@ class DomainManager:
 
         assert self._host.current is not None and self._vmi is not None
         client = self._host.current.client
+        # startStrategy Paused: virt-launcher starts the domain paused and records the pause as
+        # the user's (kubevirt pkg/virt-launcher/virtwrap/manager.go@d923fdb815cd; libvirt then
+        # reports Paused/User), so only `virtctl unpause` resumes it. Cloud Hypervisor cannot boot
+        # paused: pause right after vm.boot, before the Domain is first announced.
+        start_paused = not self.booted_once.is_set() and self._vmi.spec.startStrategy == "Paused"
         try:
             await self._api(client.boot, timeout=self.settings.boot_timeout)
+            if start_paused:
+                self._vm.user_paused = True
+                await self._api(client.pause)
         except ChApiError as e:
             # Leave no half-made VM, so the next Sync starts clean: a VMM that did not answer is
             # stopped (the next Sync spawns another), otherwise its VM config is deleted.
@@ -371,7 +379,7 @@ class DomainManager:
             self._k8s_event("Warning", "BootFailed", message)
             raise CommandFailed(message) from None
         self._vm.down = None
-        self._set_state(VmState.RUNNING, force=True)
+        self._set_state(VmState.PAUSED if start_paused else VmState.RUNNING, force=True)
         self.booted_once.set()
         self._guest.attach_console()
         release_memory()

@@ -145,6 +145,26 @@ def test_pause_sync_unpause_keeps_a_user_paused_vm_paused_until_unpaused(vh):
     vh.run(story())
 
 
+def test_a_vmi_with_start_strategy_paused_is_first_seen_paused_by_the_user_and_unpause_runs_it():
+    vh = Harness(vmi=make_vmi(startStrategy="Paused"))
+    try:
+        async def story():
+            await vh.start()
+            await vh.client.sync(vh.vmi)
+            first = await vh.recorder.wait_for_status("Paused", "User")
+            assert first.event_type == "ADDED"  # never announced Running before the pause
+            assert not any(e.status == "Running" for e in vh.recorder.events)
+            await vh.client.sync(vh.vmi)  # a reconcile must not resume it
+            assert vh.requests("vm.resume") == []
+            since = len(vh.recorder.events)
+            await vh.client.vmi_command("UnpauseVirtualMachine", vh.vmi)
+            await vh.recorder.wait_for_status("Running", since=since)
+
+        vh.run(story())
+    finally:
+        vh.close()
+
+
 def test_pause_before_any_vm_says_domain_not_found(vh):
     async def story():
         await vh.start()

@@ -74,11 +74,10 @@ def test_eviction_without_migration_is_fine(strategy):
     assert refused(vmi(evictionStrategy=strategy)).problems == []
 
 
-def test_starting_paused_is_refused_until_the_launcher_can_hold_a_vm_before_boot(monkeypatch):
+def test_starting_paused_is_admitted_with_a_warning_that_the_pause_follows_the_boot():
     t = refused(vmi(startStrategy="Paused"))
-    assert fields(t.problems) == ["spec.startStrategy"]
-    monkeypatch.setattr(policy, "START_PAUSED_SUPPORTED", True)
-    assert refused(vmi(startStrategy="Paused")).problems == []
+    assert t.problems == []
+    assert fields(t.warnings) == ["spec.startStrategy"]
 
 
 def test_a_field_another_configurator_refused_is_not_refused_twice():
