@@ -206,11 +206,15 @@ class VmmProcess:
         if code is not None:
             return code
         start = time.monotonic()
+        delivered = True
         try:
             self.client.shutdown_vmm(timeout=shutdown_timeout)
         except ChApiError:
-            pass  # hung, already exiting, or never listened: escalate below
-        code = self.wait(max(0.0, shutdown_timeout - (time.monotonic() - start)))
+            delivered = False  # hung, already exiting, or never listened: escalate below
+        remaining = max(0.0, shutdown_timeout - (time.monotonic() - start))
+        # Undelivered, the VMM is not going to act on it: give one already on its way out (a
+        # connection reset by its exit) a moment, not the whole wait, before SIGTERM.
+        code = self.wait(remaining if delivered else min(remaining, 0.5))
         if code is not None:
             return code
         self._signal(signal.SIGTERM)

@@ -115,6 +115,14 @@ def test_vmm_that_never_opens_its_socket_fails_after_a_bounded_wait(start: Calla
     assert vmm.proc.terminate(shutdown_timeout=0.5, term_timeout=2.0) == 0  # SIGTERM: a clean exit
 
 
+def test_terminate_does_not_wait_out_a_shutdown_request_that_was_never_delivered(start: Callable[..., Vmm]) -> None:
+    vmm = start(FAKE, env={"FAKE_CH_NO_API_SOCKET": "1"}, wait=False)
+    t0 = time.monotonic()
+    # No API socket: vmm.shutdown cannot be delivered, so SIGTERM follows at once, not after 10 s.
+    assert vmm.proc.terminate(shutdown_timeout=10.0, term_timeout=3.0) == 0
+    assert time.monotonic() - t0 < 3.0
+
+
 def test_slow_vmm_start_is_waited_for(start: Callable[..., Vmm]) -> None:
     vmm = start(FAKE, env={"FAKE_CH_START_DELAY": "0.5"})
     assert vmm.client.ping()
