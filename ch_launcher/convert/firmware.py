@@ -140,7 +140,12 @@ def _configure_bootloader(t: Translation) -> None:
     path = f"{t.env.firmware_dir}/{name}"
     t.config.payload = PayloadConfig(firmware=path)
     field = "spec.domain.firmware.bootloader.efi" if efi else "spec.domain.firmware.bootloader"
-    t.steps.append(RequireFile(field=field, path=path, what=f"firmware {name} (--firmware-dir)"))
+    # virt-handler marks the VMI Failed, instead of retrying forever, when a Sync error contains
+    # "EFI OVMF rom missing" (kubevirt pkg/virt-handler/vm.go@d923fdb815cd,
+    # virtLauncherCriticalSecurebootError): exactly what a launcher image without its EFI
+    # firmware is, so say it.
+    t.steps.append(RequireFile(field=field, path=path, what=f"firmware {name} (--firmware-dir)",
+                               missing_note="EFI OVMF rom missing" if efi else ""))
 
 
 def _configure_smbios(t: Translation) -> None:

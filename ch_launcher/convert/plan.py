@@ -28,6 +28,7 @@ class RequireFile(Step):
     path: str
     what: str  # e.g. "firmware hypervisor-fw", "block device of PVC mypvc"
     block_device: bool = False
+    missing_note: str = ""  # appended to the "missing" error, e.g. a phrase virt-handler acts on
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,9 @@ def require_file(step: RequireFile) -> None:
     try:
         st = os.stat(step.path)
     except FileNotFoundError:
-        raise PreparationError(step.field, f"{step.field}: {step.what} is missing: {step.path} does not exist") from None
+        note = f" ({step.missing_note})" if step.missing_note else ""
+        raise PreparationError(step.field, f"{step.field}: {step.what} is missing: {step.path} does not "
+                               f"exist{note}") from None
     except OSError as e:
         raise PreparationError(step.field, f"{step.field}: {step.what} at {step.path} cannot be read: "
                                f"{e.strerror or e}") from None

@@ -42,6 +42,24 @@ def test_a_missing_firmware_is_an_error_naming_it_and_its_path(tmp_path: pathlib
     assert e.value.message == f"{FW}: firmware hypervisor-fw (--firmware-dir) is missing: {path} does not exist"
 
 
+@pytest.mark.parametrize("efi", [True, False])
+def test_only_a_missing_efi_firmware_says_the_phrase_that_makes_virt_handler_fail_the_vmi(
+        tmp_path: pathlib.Path, efi: bool) -> None:
+    from ch_launcher.convert import LauncherEnv, translate
+    from ch_launcher.prepare import execute
+
+    bootloader = {"efi": {"secureBoot": False}} if efi else {"bios": {}}
+    vmi = {"metadata": {"name": "v", "namespace": "n", "uid": "u"},
+           "spec": {"domain": {"firmware": {"bootloader": bootloader}, "memory": {"guest": "64Mi"},
+                               "devices": {"autoattachPodInterface": False}}}}
+    plan = translate(vmi, LauncherEnv(firmware_dir=str(tmp_path)))
+    with pytest.raises(PreparationError) as e:
+        execute(plan)
+    # kubevirt pkg/virt-handler/vm.go: a Sync error containing it makes the VMI Failed at once.
+    assert ("EFI OVMF rom missing" in e.value.message) is efi
+    assert ("CLOUDHV.fd" if efi else "hypervisor-fw") in e.value.message
+
+
 def test_a_directory_is_not_a_file(tmp_path: pathlib.Path) -> None:
     with pytest.raises(PreparationError, match="is not a file"):
         require_file(RequireFile(field=FW, path=str(tmp_path), what="firmware"))
