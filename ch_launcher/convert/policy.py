@@ -40,10 +40,14 @@ runtime (`network` and `devices` already translate VFIO devices).
 
 from __future__ import annotations
 
+from ch_launcher.ch.vmconfig import VmConfig
 from ch_launcher.convert.context import Translation
 from ch_launcher.convert.errors import Reason
 
 VFIO_ALLOWED = False
+# One PCI segment has 32 device slots and slot 0 is the host bridge (cloud-hypervisor
+# vmm/src/pci_segment.rs@v53.0); the launcher uses one segment (no `platform.num_pci_segments`).
+PCI_SLOTS = 31
 HOOK_SIDECARS_ANNOTATION = "hooks.kubevirt.io/hookSidecars"
 _QEMU_PROCESS = "virt-handler then looks for a QEMU process and fails without one"
 
@@ -92,6 +96,24 @@ def configure_policy(t: Translation) -> None:
     if spec.evictionStrategy in ("LiveMigrate", "LiveMigrateIfPossible"):
         _refuse(t, "spec.evictionStrategy", f"{spec.evictionStrategy}: the Cloud Hypervisor backend cannot "
                 "migrate, so a node drain would block on failing migrations; use None or External")
+
+
+def pci_devices_of(c: VmConfig) -> int:
+    """PCI devices a VmConfig asks for: every virtio device and every VFIO device."""
+    count = sum(len(x or ()) for x in (c.disks, c.net, c.fs, c.devices))
+    count += sum(1 for x in (c.rng, c.balloon, c.vsock) if x is not None)
+    count += 1 if c.console is not None and c.console.mode != "Off" else 0
+    count += sum(1 for flag in (c.watchdog, c.pvpanic, c.iommu) if flag)
+    return count
+
+
+def configure_pci_budget(t: Translation) -> None:
+    """A VMI with more devices than one PCI segment holds fails at vm.boot; refuse it here."""
+    count = pci_devices_of(t.config)
+    if count > PCI_SLOTS:
+        t.unsupported("spec.domain.devices", f"spec.domain.devices needs {count} PCI devices (disks, interfaces, "
+                      f"filesystems and other devices together); Cloud Hypervisor offers {PCI_SLOTS} on its PCI "
+                      "segment", "FieldValueInvalid")
 
 
 def _refuse(t: Translation, field: str, why: str, reason: Reason = "FieldValueNotSupported") -> None:

@@ -15,12 +15,10 @@ from ch_launcher.convert.devices import configure_devices
 from ch_launcher.convert.firmware import configure_firmware
 from ch_launcher.convert.memory import configure_memory
 from ch_launcher.convert.network import configure_network
-from ch_launcher.convert.policy import configure_policy
+from ch_launcher.convert.policy import configure_pci_budget, configure_policy
 from ch_launcher.convert.storage import configure_storage
 
 CONFIGURATORS: list[Callable[[Translation], None]] = [
-    # compute, firmware, storage, console, network, devices, memory, policy: listed here by
-    # their modules as they land.
     configure_compute,
     configure_firmware,
     configure_storage,
@@ -29,4 +27,5 @@ CONFIGURATORS: list[Callable[[Translation], None]] = [
     configure_devices,
     configure_memory,
     configure_policy,
+    configure_pci_budget,  # counts what every configurator above added
 ]

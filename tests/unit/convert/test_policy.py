@@ -99,3 +99,21 @@ def test_policy_leaves_the_vm_config_alone():
     before = t.config.to_api()
     configure_policy(t)
     assert t.config.to_api() == before
+
+
+def _many_disks(n):
+    disks = [{"name": f"d{i}", "disk": {"bus": "virtio"}} for i in range(n)]
+    volumes = [{"name": f"d{i}", "emptyDisk": {"capacity": "1Mi"}} for i in range(n)]
+    return {"metadata": {"name": "v", "namespace": "n", "uid": "u"},
+            "spec": {"domain": {"memory": {"guest": "64Mi"},
+                                "devices": {"disks": disks, "autoattachPodInterface": False,
+                                            "autoattachMemBalloon": False}},
+                     "volumes": volumes}}
+
+
+def test_a_vmi_with_more_devices_than_a_pci_segment_holds_is_refused_not_failed_at_boot():
+    fits = check(_many_disks(policy.PCI_SLOTS))
+    assert fits.allowed and policy.pci_devices_of(fits.plan.config) == policy.PCI_SLOTS
+    over = check(_many_disks(policy.PCI_SLOTS + 1))
+    assert fields(over.problems) == ["spec.domain.devices"]
+    assert over.problems[0].message.startswith(f"spec.domain.devices needs {policy.PCI_SLOTS + 1} PCI devices")
