@@ -31,6 +31,7 @@ class KubeVirtStatus:
     bindings: Mapping[str, int] = field(default_factory=dict)
     error: str | None = None
     ratio: str | None = None  # spec.configuration.additionalGuestMemoryOverheadRatio (KubeVirt's own)
+    update_methods: tuple[str, ...] = ()  # spec.workloadUpdateStrategy.workloadUpdateMethods
 
     @classmethod
     def from_cr(cls, cr: Any) -> KubeVirtStatus:
@@ -51,10 +52,12 @@ class KubeVirtStatus:
                         pass  # KubeVirt validates these; an unparsable one adds nothing, as in KubeVirt
         ratio = _get(cr, "spec", "configuration", "additionalGuestMemoryOverheadRatio")
         ratio = ratio if isinstance(ratio, str) and ratio else None
+        methods = _get(cr, "spec", "workloadUpdateStrategy", "workloadUpdateMethods")
+        methods = tuple(m for m in methods if isinstance(m, str)) if isinstance(methods, list) else ()
         if not isinstance(version, str) or not version:
-            return cls(bindings=bindings, ratio=ratio,
+            return cls(bindings=bindings, ratio=ratio, update_methods=methods,
                        error="the KubeVirt resource has no status.observedKubeVirtVersion yet")
-        return cls(version=version, bindings=bindings, ratio=ratio)
+        return cls(version=version, bindings=bindings, ratio=ratio, update_methods=methods)
 
 
 def _get(obj: Any, *path: str) -> Any:
@@ -83,3 +86,23 @@ def version_problem(status: KubeVirtStatus | None, supported: VersionRange) -> s
         return None
     return (f"Cloud Hypervisor is not available on KubeVirt {status.version}: this kubevirt-ch "
             f"release supports KubeVirt {supported}")
+
+
+def workload_update_warning(status: KubeVirtStatus | None) -> str | None:
+    """A warning when the cluster's workload updater will act on Cloud Hypervisor VMIs.
+
+    virt-controller labels every VMI whose launcher image is not its own
+    `kubevirt.io/outdatedLauncherImage`, so a CH VMI is always "outdated"; with `Evict` the
+    workload updater evicts it in batches (a restart loop for `runStrategy: Always`), with
+    `LiveMigrate` it keeps creating migrations that fail (kubevirt pkg/virt-controller/watch/
+    workload-updater/workload-updater.go@d923fdb815cd; docs/operations.md §7).
+    """
+    if status is None:
+        return None
+    if "Evict" in status.update_methods:
+        return ("KubeVirt's workloadUpdateMethods include Evict: Cloud Hypervisor VMIs always look outdated "
+                "and get evicted (docs/operations.md §7)")
+    if "LiveMigrate" in status.update_methods:
+        return ("KubeVirt's workloadUpdateMethods include LiveMigrate: expect failed update migrations "
+                "of Cloud Hypervisor VMIs (docs/operations.md §7)")
+    return None

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from admission.cluster import KubeVirtStatus, version_problem
+from admission.cluster import KubeVirtStatus, version_problem, workload_update_warning
 from admission.config import Config
 from admission.review import AdmissionRequest, Cause, allow, deny, deny_invalid
 from admission.selection import (
@@ -139,6 +139,9 @@ def _check(uid: str, t: Target, request: AdmissionRequest, config: Config,
         for p in verdict.problems:
             causes.append(Cause(p.reason, prefix_paths(p.message, t.prefix), prefix_field(p.field, t.prefix)))
         warnings.extend(prefix_paths(_warning_text(w.field, w.message), t.prefix) for w in verdict.warnings)
+    update_warning = workload_update_warning(kubevirt)
+    if update_warning:
+        warnings.append(update_warning)
     problem = version_problem(kubevirt, config.kubevirt.version_range)
     if problem:
         field = (t.prefix if t.on_template else "") + ANNOTATION_FIELD

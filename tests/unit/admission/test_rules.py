@@ -205,3 +205,26 @@ def test_the_version_gate_never_touches_unselected_objects_or_updates():
     new = b.vmi(annotations=CH, terminationGracePeriodSeconds=5)
     assert not wants_kubevirt_status(parse_review(b.review(new, "UPDATE", old)))
     assert decide(b.review(new, "UPDATE", old), KubeVirtStatus(version="v9.0.0"))[0]["allowed"] is True
+
+
+# --- KubeVirt's workload updater -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("methods, words", [(["LiveMigrate", "Evict"], "include Evict"),
+                                            (["LiveMigrate"], "include LiveMigrate")])
+def test_creating_a_ch_vmi_warns_when_kubevirt_would_evict_or_migrate_it_as_outdated(methods, words):
+    response, verdict = decide(b.review(b.vmi(annotations=CH)),
+                               KubeVirtStatus(version="v1.9.0", update_methods=tuple(methods)))
+    assert response["allowed"] is True and verdict == "warned"
+    assert any(words in w and "docs/operations.md" in w for w in response["warnings"])
+
+
+def test_no_update_warning_with_kubevirts_default_empty_update_methods():
+    response, _ = decide(b.review(b.vmi(annotations=CH)), KubeVirtStatus(version="v1.9.0"))
+    assert not any("workloadUpdateMethods" in w for w in response.get("warnings") or [])
+
+
+def test_the_update_methods_are_read_from_the_kubevirt_cr():
+    cr = {"spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": ["Evict"]}},
+          "status": {"observedKubeVirtVersion": "v1.9.0"}}
+    assert KubeVirtStatus.from_cr(cr).update_methods == ("Evict",)
