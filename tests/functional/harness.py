@@ -17,6 +17,7 @@ import signal
 import tempfile
 import uuid
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -62,11 +63,40 @@ def make_vmi(name: str = "testvmi", *, uid: str | None = None, grace: int | None
     return vmi
 
 
+@dataclass(frozen=True)
+class RealVmm:
+    """A real cloud-hypervisor with what a guest needs: `CH_BINARY`, `/dev/kvm`, firmware in
+    `CH_FIRMWARE_DIR` (hypervisor-fw) and a bootable raw or qcow2 disk image `CH_DEMO_IMAGE`."""
+
+    binary: str
+    firmware_dir: Path
+    image: Path
+
+    @classmethod
+    def from_environment(cls) -> RealVmm | str:
+        """The real VMM, or why it cannot be used (for a skip reason)."""
+        binary = os.environ.get("CH_BINARY", "")
+        if not binary:
+            return "CH_BINARY is not set (path of a real cloud-hypervisor binary)"
+        if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+            return f"CH_BINARY={binary} is not an executable file"
+        if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+            return "/dev/kvm is missing or not usable by this user"
+        firmware = Path(os.environ.get("CH_FIRMWARE_DIR", "/usr/share/cloud-hypervisor"))
+        if not (firmware / "hypervisor-fw").is_file():
+            return f"no {firmware}/hypervisor-fw: set CH_FIRMWARE_DIR to rust-hypervisor-firmware's directory"
+        image = os.environ.get("CH_DEMO_IMAGE", "")
+        if not image or not os.path.isfile(image):
+            return "CH_DEMO_IMAGE is not set to a bootable disk image (e.g. a cloud image)"
+        return cls(binary, firmware, Path(image))
+
+
 class Harness:
     """One launcher, one VMI, and virt-handler's two sides."""
 
     def __init__(self, *, vmi: dict[str, Any] | None = None, env: dict[str, str] | None = None,
-                 grace_period_seconds: int = 45, qemu_timeout: str = "60s", notify: bool = True) -> None:
+                 grace_period_seconds: int = 45, qemu_timeout: str = "60s", notify: bool = True,
+                 real: RealVmm | None = None) -> None:
         self.runner = asyncio.Runner()
         self.root = Path(tempfile.mkdtemp(prefix="kc", dir="/tmp"))
         self.layout = LauncherLayout(self.root).create()
@@ -80,8 +110,15 @@ class Harness:
         self.with_notify = notify
         self.launcher: LauncherProcess | None = None
         self.client: CmdClient | None = None
-        fake_firmware(self.layout)
-        container_disk_images(self.vmi, self.layout, size=16 << 20)
+        self.ch_binary = str(FAKE_CH) if real is None else real.binary
+        if real is None:
+            fake_firmware(self.layout)
+            container_disk_images(self.vmi, self.layout, size=16 << 20)
+        else:
+            for name in ("hypervisor-fw", "CLOUDHV.fd"):
+                if (real.firmware_dir / name).exists():
+                    shutil.copyfile(real.firmware_dir / name, self.layout.firmware_dir / name)
+            container_disk_images(self.vmi, self.layout, image=str(real.image))
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.runner.run(coro)
@@ -91,7 +128,7 @@ class Harness:
             await self.recorder.start()
         meta = self.vmi["metadata"]
         self.launcher = LauncherProcess(self.layout, name=meta["name"], namespace=meta["namespace"],
-                                        uid=meta["uid"], ch_binary=str(FAKE_CH), env=self.env,
+                                        uid=meta["uid"], ch_binary=self.ch_binary, env=self.env,
                                         grace_period_seconds=self.grace_period_seconds,
                                         qemu_timeout=self.qemu_timeout).start()
         if wait_ready:
