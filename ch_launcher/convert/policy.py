@@ -27,7 +27,7 @@ its reconcile (or the feature would silently not work) after admission. Read ups
 - Velero backup hooks (`pkg/storage/pod/annotations/generator.go`) run `/usr/bin/virt-freezer`
   in the compute container on every launcher pod; it asks `GetGuestInfo`, finds no guest-agent
   version and exits 0, so backups proceed crash-consistent. Nothing to refuse (the image must
-  ship virt-freezer, see docs/features.md).
+  ship virt-freezer: ch_launcher/freezer.py).
 
 - `startStrategy: Paused`: KubeVirt starts such a VMI paused (Paused/User until `virtctl
   unpause`). Cloud Hypervisor cannot boot paused, so the launcher pauses the VM right after
