@@ -202,16 +202,19 @@ _EVENT_STATE: dict[str, VmState] = {
 NOTIFY_EVENTS = frozenset({"vm:rebooted"})
 
 
-def down_reason(*, saw_shutdown: bool, killing: bool, state: VmState) -> Reason:
+def down_reason(*, saw_shutdown: bool, killing: bool, state: VmState, exit_code: int | None = None) -> Reason:
     """Why the VM is down, once the VMM has exited (or announced `vm:shutdown`).
 
     `killing`: the launcher stopped it (Kill, Delete, SIGTERM's grace expiry) -> Destroyed.
     `saw_shutdown`: CH said `vm:shutdown` without being asked -> the guest powered off.
+    `exit_code` 0 without either: CH exits 0 only in an orderly shutdown (guest poweroff,
+    SIGTERM/SIGINT, vmm.shutdown; cloud-hypervisor.md §1.4), so the guest is down cleanly even if
+    its `vm:shutdown` event was lost (CH drops events a stalled reader misses, §6).
     Otherwise the VMM died under a live VM -> Crashed (Panicked stays Panicked).
     """
     if killing:
         return Reason.DESTROYED
-    if saw_shutdown:
+    if saw_shutdown or (exit_code == 0 and state is not VmState.PANICKED):
         return Reason.SHUTDOWN
     if state is VmState.PANICKED:
         return Reason.PANICKED

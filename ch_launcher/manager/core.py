@@ -472,7 +472,8 @@ class DomainManager:
             self._background(self._locked("SoftReboot", self._reboot_fresh))
             return
         if vm.state in (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED):
-            vm.down = lifecycle.down_reason(saw_shutdown=vm.saw_shutdown, killing=vm.killing, state=vm.state)
+            vm.down = lifecycle.down_reason(saw_shutdown=vm.saw_shutdown, killing=vm.killing, state=vm.state,
+                                            exit_code=code)
             self._set_state(VmState.DOWN, force=True)
             if vm.down in (Reason.CRASHED, Reason.PANICKED):
                 tail = vmm.log_tail(5)

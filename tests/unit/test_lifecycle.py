@@ -130,6 +130,14 @@ def test_down_reasons():
     assert down_reason(saw_shutdown=False, killing=False, state=VmState.PANICKED) is Reason.PANICKED
 
 
+def test_an_orderly_vmm_exit_is_a_guest_shutdown_even_when_its_event_was_lost():
+    # CH exits 0 only in an orderly shutdown; a crash is a signal or a non-zero status.
+    assert down_reason(saw_shutdown=False, killing=False, state=VmState.RUNNING, exit_code=0) is Reason.SHUTDOWN
+    assert down_reason(saw_shutdown=False, killing=False, state=VmState.RUNNING, exit_code=-9) is Reason.CRASHED
+    assert down_reason(saw_shutdown=False, killing=False, state=VmState.RUNNING, exit_code=1) is Reason.CRASHED
+    assert down_reason(saw_shutdown=False, killing=True, state=VmState.RUNNING, exit_code=0) is Reason.DESTROYED
+
+
 @pytest.mark.parametrize("state,user_paused,down,expected", [
     (VmState.UNDEFINED, False, None, None),
     (VmState.RUNNING, False, None, (LifeCycle.RUNNING, Reason.UNKNOWN)),
