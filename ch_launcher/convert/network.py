@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import replace
-from typing import Any
 
 from ch_launcher.ch.vmconfig import DeviceConfig, NetConfig
 from ch_launcher.convert import podnet
@@ -37,7 +36,7 @@ from ch_launcher.convert.plan import DhcpOptions, DhcpSpec
 from ch_launcher.convert.vfio import VfioError, pci_sysfs_path
 from ch_launcher.convert.vhostuser import VHOSTUSER_BINDING, vhost_user_interface
 from ch_launcher.kubevirt.domain import DomainInterface
-from ch_launcher.kubevirt.vmi import Interface, Network
+from ch_launcher.kubevirt.vmi import DHCPOptions, Interface, Network
 
 MAX_QUEUE_PAIRS = 256  # converter/network/virtio-queues.go: MultiQueueMaxQueues
 MIN_MTU = 1280  # Cloud Hypervisor refuses a smaller NetConfig.mtu
@@ -261,28 +260,26 @@ def _tap_interface(t: Translation, i: int, path: str, iface: Interface, net_inde
     t.dhcp.append(spec)
 
 
-def dhcp_options(t: Translation, path: str, raw: dict[str, Any] | None) -> DhcpOptions:
+def dhcp_options(t: Translation, path: str, given: DHCPOptions | None) -> DhcpOptions:
     """`interfaces[].dhcpOptions` checked the way upstream's DHCP server would use them."""
-    if not raw:
+    if given is None:
         return DhcpOptions()
     base = f"{path}.dhcpOptions"
     ntp: list[str] = []
-    for k, server in enumerate(raw.get("ntpServers") or []):
+    for k, server in enumerate(given.ntpServers):
         try:
-            ntp.append(str(ipaddress.IPv4Address(str(server))))
+            ntp.append(str(ipaddress.IPv4Address(server)))
         except ValueError:
             t.unsupported(f"{base}.ntpServers[{k}]", f"{base}.ntpServers[{k}]: could not parse NTP server "
                           f"as IPv4 address: {server}", "FieldValueInvalid")
     private: list[tuple[int, str]] = []
-    for k, opt in enumerate(raw.get("privateOptions") or []):
-        code = opt.get("option") if isinstance(opt, dict) else None
-        if not isinstance(code, int) or isinstance(code, bool) or not 224 <= code <= 254:
+    for k, opt in enumerate(given.privateOptions):
+        if not 224 <= opt.option <= 254:
             t.unsupported(f"{base}.privateOptions[{k}].option", f"{base}.privateOptions[{k}].option: "
                           f"DHCP private options must be in the range 224-254", "FieldValueInvalid")
             continue
-        private.append((code, str(opt.get("value", ""))))
-    return DhcpOptions(boot_file_name=str(raw.get("bootFileName") or ""),
-                       tftp_server_name=str(raw.get("tftpServerName") or ""),
+        private.append((opt.option, opt.value))
+    return DhcpOptions(boot_file_name=given.bootFileName, tftp_server_name=given.tftpServerName,
                        ntp_servers=tuple(ntp), private_options=tuple(private))
 
 

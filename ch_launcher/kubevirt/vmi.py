@@ -240,6 +240,18 @@ class PluginBinding(_Model):
     name: str
 
 
+class DHCPPrivateOptions(_Model):
+    option: int = 0  # required upstream; the translator refuses anything outside 224-254
+    value: str = ""
+
+
+class DHCPOptions(_Model):
+    bootFileName: str = ""
+    tftpServerName: str = ""
+    ntpServers: list[str] = Field(default_factory=list)
+    privateOptions: list[DHCPPrivateOptions] = Field(default_factory=list)
+
+
 class Interface(_Model):
     name: str
     model: str = ""
@@ -255,7 +267,7 @@ class Interface(_Model):
     bootOrder: int | None = None
     ports: list[Port] = Field(default_factory=list)
     pciAddress: str = ""
-    dhcpOptions: dict[str, Any] | None = None
+    dhcpOptions: DHCPOptions | None = None
     tag: str = ""
     acpiIndex: int | None = None
     state: str = ""

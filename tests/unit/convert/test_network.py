@@ -7,7 +7,7 @@ import re
 import pytest
 
 from ch_launcher.ch.vmconfig import DiskConfig
-from ch_launcher.convert import podnet
+from ch_launcher.convert import check, podnet
 from ch_launcher.convert.network import configure_network
 from ch_launcher.convert.plan import DhcpOptions
 from tests.unit.convert.netbuild import UID, fields, multus, pod, translation, vmi
@@ -238,6 +238,19 @@ def test_dhcp_options_are_carried_and_checked():
         "ntpServers": ["ntp.example"], "privateOptions": [{"option": 12, "value": "x"}]}}]))
     assert fields(bad.problems) == ["spec.domain.devices.interfaces[0].dhcpOptions.ntpServers[0]",
                                     "spec.domain.devices.interfaces[0].dhcpOptions.privateOptions[0].option"]
+
+
+@pytest.mark.parametrize("options, path", [
+    ({"ntpServers": 5}, "dhcpOptions.ntpServers"),
+    ({"ntpServers": [None]}, "dhcpOptions.ntpServers[0]"),
+    ({"privateOptions": [{"option": "x", "value": "v"}]}, "dhcpOptions.privateOptions[0].option"),
+    ({"privateOptions": True}, "dhcpOptions.privateOptions"),
+    ({"bootFileName": ["a"]}, "dhcpOptions.bootFileName"),
+])
+def test_dhcp_options_of_the_wrong_shape_are_invalid_at_their_path(options, path):
+    verdict = check(vmi([{"name": "default", "masquerade": {}, "dhcpOptions": options}]))
+    assert fields(verdict.problems) == [f"spec.domain.devices.interfaces[0].{path}"]
+    assert verdict.problems[0].reason == "FieldValueInvalid"
 
 
 def test_a_pod_mtu_below_what_cloud_hypervisor_accepts_is_refused():
