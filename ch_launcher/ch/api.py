@@ -110,8 +110,9 @@ class Conflict(ChApiError):
 
     Covers "VM is already created", "VM is not running", invalid state transitions
     (`InvalidStateTransition(Paused, Paused)`), snapshot of a running VM, receive-migration with a
-    VM present, "No device with id ... to remove", 409 (duplicate id or device path on main), and
-    429 "Too Many Requests" (a vCPU removal is still pending: retry later, `status == 429`).
+    VM present, "No device with id ... to remove" and, on main after v53, any other 404 for an
+    unknown device id, 409 (duplicate id or device path on main), and 429 "Too Many Requests" (a
+    vCPU removal is still pending: retry later, `status == 429`).
     Use `already_in_state()` to tell "already where you wanted it" from a real refusal.
     """
 
@@ -160,7 +161,7 @@ _CONFLICT_TEXTS = (
     "Trying to snapshot while VM is running",
     "when a VM is already created",
     "currently migrating",
-    "to remove",  # 'No device with id "x" to remove' (500 on v53.0, 404 on main)
+    "No device with id",  # 'No device with id "x" to remove' (500 on v53.0, 404 on main)
 )
 
 
@@ -195,8 +196,10 @@ def error_for(endpoint: str, status: int, body: bytes) -> ChApiError:
     elif status == 429 or status == 409 or any(t in joined for t in _CONFLICT_TEXTS):
         cls = Conflict
     elif status == 404:
-        # v53+ uses 404 for a missing VM; "Not Found" alone means the route does not exist.
-        cls = InvalidRequest if messages in ([], ["Not Found"]) else VmNotCreated
+        # "Not Found" alone: the route does not exist. A missing VM was caught above by its text
+        # (every 404 for it, v53+, carries that text); any other 404 is main's unknown device id:
+        # the VM is there, the device named is not.
+        cls = InvalidRequest if messages in ([], ["Not Found"]) else Conflict
     elif 400 <= status < 500:
         cls = InvalidRequest
     else:

@@ -66,6 +66,9 @@ def test_empty_body_has_no_messages() -> None:
          Conflict),
         (404, b'["Error from API","The device could not be removed from the VM","No device with id \\"x\\" to remove"]',
          Conflict),
+        # main after v53: an unknown device id is 404 too, and says nothing of a missing VM
+        (404, b'["Error from API","The disk could not be resized","Error from device manager","x"]', Conflict),
+        (500, b'["Error from API","The VM could not boot","Failed to remove a temporary file"]', InternalError),
         (400, b'["Failed to deserialize JSON","expected value at line 1 column 1"]', InvalidRequest),
         (400, b'["Bad Request"]', InvalidRequest),
         (400, b"", InvalidRequest),
