@@ -225,6 +225,11 @@ def _body(obj: BaseModel | dict[str, Any] | None) -> dict[str, Any] | None:
     return to_api() if to_api else obj.model_dump(mode="json", exclude_none=True)
 
 
+def _given(**fields: Any) -> dict[str, Any]:
+    """The fields that are not None: an omitted field takes the VMM's own default."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
 class CloudHypervisorClient:
     """Blocking client of one VMM's API socket.
 
@@ -402,15 +407,7 @@ class CloudHypervisorClient:
         timeout: float | None = None,
     ) -> None:
         """`PUT vm.resize`. `Conflict` with status 429 while a vCPU removal is pending."""
-        body = {
-            k: v
-            for k, v in (
-                ("desired_vcpus", desired_vcpus),
-                ("desired_ram", desired_ram),
-                ("desired_balloon", desired_balloon),
-            )
-            if v is not None
-        }
+        body = _given(desired_vcpus=desired_vcpus, desired_ram=desired_ram, desired_balloon=desired_balloon)
         if not body:
             raise ValueError("resize() needs at least one of desired_vcpus, desired_ram, desired_balloon")
         self._put("vm.resize", body, timeout)
@@ -454,12 +451,7 @@ class CloudHypervisorClient:
         timeout: float | None = None,
     ) -> None:
         """`PUT vm.restore` (no VM may exist). Ends Paused unless `resume=True` (v52+)."""
-        body: dict[str, Any] = {"source_url": source_url}
-        if prefault is not None:
-            body["prefault"] = prefault
-        if resume is not None:
-            body["resume"] = resume
-        self._put("vm.restore", body, timeout)
+        self._put("vm.restore", _given(source_url=source_url, prefault=prefault, resume=resume), timeout)
 
     def send_migration(
         self,
@@ -474,24 +466,13 @@ class CloudHypervisorClient:
     ) -> None:
         """`PUT vm.send-migration`. v53+ returns at once (progress comes as events); <= v52
         blocks until the migration ends, so give a generous `timeout=` there."""
-        body: dict[str, Any] = {"destination_url": destination_url}
-        for key, value in (
-            ("local", local),
-            ("downtime_ms", downtime_ms),
-            ("timeout_s", timeout_s),
-            ("connections", connections),
-            ("tls_dir", tls_dir),
-        ):
-            if value is not None:
-                body[key] = value
+        body = _given(destination_url=destination_url, local=local, downtime_ms=downtime_ms, timeout_s=timeout_s,
+                      connections=connections, tls_dir=tls_dir)
         self._put("vm.send-migration", body, timeout)
 
     def receive_migration(self, receiver_url: str, tls_dir: str | None = None, *, timeout: float | None = None) -> None:
         """`PUT vm.receive-migration`: blocks the whole API until the migration ends."""
-        body: dict[str, Any] = {"receiver_url": receiver_url}
-        if tls_dir is not None:
-            body["tls_dir"] = tls_dir
-        self._put("vm.receive-migration", body, timeout)
+        self._put("vm.receive-migration", _given(receiver_url=receiver_url, tls_dir=tls_dir), timeout)
 
 
 def _root_os_error(exc: BaseException) -> OSError | None:

@@ -278,6 +278,26 @@ def test_models_are_sent_as_compact_json_without_nulls(serve: Callable[..., str]
     assert b"Content-Type: application/json" in seen[0]
 
 
+def test_arguments_left_out_are_absent_from_the_body_so_the_vmm_default_applies(serve: Callable[..., str]) -> None:
+    seen: list[bytes] = []
+
+    def respond(req: bytes) -> bytes:
+        seen.append(req.partition(b"\r\n\r\n")[2])
+        return NO_CONTENT
+
+    client = CloudHypervisorClient(serve(respond))
+    client.resize(desired_ram=1 << 30)
+    client.restore("file:///snap", resume=True)
+    client.send_migration("unix:/m.sock", local=True)
+    client.receive_migration("unix:/m.sock")
+    assert seen == [
+        b'{"desired_ram":1073741824}',
+        b'{"source_url":"file:///snap","resume":true}',
+        b'{"destination_url":"unix:/m.sock","local":true}',
+        b'{"receiver_url":"unix:/m.sock"}',
+    ]
+
+
 def test_cold_add_returns_none_and_hot_add_returns_the_pci_device(serve: Callable[..., str]) -> None:
     body = b'{"id":"_disk2","bdf":"0000:00:06.0"}'
     answers = iter([
