@@ -40,7 +40,7 @@ FREE_PAGE_REPORTING_DISABLED_ANNOTATION = "kubevirt.io/free-page-reporting-disab
 def _bytes(t: Translation, path: str, value: Quantity) -> int | None:
     try:
         n = quantity_bytes(value)
-    except (ValueError, ArithmeticError) as e:  # ArithmeticError: infinities from JSON/YAML numbers
+    except ValueError as e:
         t.unsupported(path, f"{path} '{value}' is not a valid quantity: {e}", "FieldValueInvalid")
         return None
     if n <= 0 or n > MAX_BYTES:

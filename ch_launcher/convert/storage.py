@@ -373,7 +373,7 @@ def _pvc_size(t: Translation, path: str, name: str) -> int | None:
     try:
         capacity = quantity_bytes(info.capacity["storage"]) if "storage" in info.capacity else None
         requested = quantity_bytes(info.requests["storage"]) if "storage" in info.requests else None
-    except (ValueError, ArithmeticError) as e:  # ArithmeticError: infinities
+    except ValueError as e:
         t.unsupported(path, f"{path}: the claim's size in status.volumeStatus is not a quantity: {e}",
                       "FieldValueInvalid")
         return None
@@ -396,7 +396,7 @@ def _size(t: Translation, path: str, value: object, name: str) -> int | None:
     """A capacity rounded down to 1 MiB (util.AlignImageSizeTo1MiB), at least 1 MiB."""
     try:
         size = quantity_bytes(value)  # type: ignore[arg-type]
-    except (ValueError, ArithmeticError) as e:  # ArithmeticError: infinities
+    except ValueError as e:
         t.unsupported(path, f"{path} '{value}' is not a valid quantity: {e}", "FieldValueInvalid")
         return None
     size = _align_down_mib(size)

@@ -8,7 +8,7 @@ text on anything else.
 from __future__ import annotations
 
 import re
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Decimal
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -16,21 +16,34 @@ _DECIMAL = {
     "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
     "P": Decimal("1e15"), "E": Decimal("1e18"),
 }
-_RE = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE]([+-]?\d+))?$")
+_RE = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE]([+-]?\d+))?$", re.ASCII)
 
 MiB = 2**20
 GiB = 2**30
+# No resource comes near 10^64 (int64, Kubernetes' own range, ends below 10^19). Larger values
+# are refused rather than turned into integers: converting `1e999998` to an int takes seconds.
+MAX_MAGNITUDE = Decimal("1e64")
 
 
 def parse_quantity(value: str | int | float) -> Decimal:
-    """Return the exact value of a quantity. Integers and floats pass through."""
+    """Return the exact value of a quantity. Integers and floats pass through.
+
+    Raises ValueError, and nothing else, for anything that is not a finite quantity, and for
+    magnitudes of `MAX_MAGNITUDE` or more.
+    """
+    d = _parse(value)
+    if not d.is_finite():
+        raise ValueError(f"quantity must be finite, got {value!r}")
+    if abs(d) >= MAX_MAGNITUDE:
+        raise ValueError(f"quantity {value!r} is out of range")
+    return d
+
+
+def _parse(value: str | int | float) -> Decimal:
     if isinstance(value, bool):
         raise ValueError(f"quantity must be a string or number, not {value!r}")
     if isinstance(value, (int, float)):
-        d = Decimal(str(value))
-        if not d.is_finite():
-            raise ValueError(f"quantity must be finite, got {value!r}")
-        return d
+        return Decimal(str(value))
     if not isinstance(value, str):
         raise ValueError(f"quantity must be a string or number, not {type(value).__name__}")
     m = _RE.match(value.strip())
@@ -40,13 +53,13 @@ def parse_quantity(value: str | int | float) -> Decimal:
     number, suffix, exponent = m.groups()
     try:
         base = Decimal(number)
-    except InvalidOperation as e:  # pragma: no cover - the regex admits only decimals
-        raise ValueError(f"invalid quantity {value!r}") from e
-    if exponent is not None:
-        return base.scaleb(int(exponent))
-    if suffix in _BINARY:
-        return base * _BINARY[suffix]
-    return base * _DECIMAL[suffix or ""]
+        if exponent is not None:
+            return base.scaleb(int(exponent))
+        if suffix in _BINARY:
+            return base * _BINARY[suffix]
+        return base * _DECIMAL[suffix or ""]
+    except ArithmeticError:  # an exponent beyond Decimal's range (decimal.InvalidOperation)
+        raise ValueError(f"quantity {value!r} is out of range") from None
 
 
 def quantity_bytes(value: str | int | float) -> int:

@@ -22,7 +22,8 @@ def test_cpu_millis():
     assert quantity_millis("2") == 2000
 
 
-@pytest.mark.parametrize("bad", ["", "12X", "Gi", "1..2", "ten", True, None, [1], float("inf"), float("nan")])
+@pytest.mark.parametrize("bad", ["", "12X", "Gi", "1..2", "ten", True, None, [1], float("inf"), float("nan"),
+                                 "1e999999999", "1e-999999999", "1e999998", 10**70, "\u0661Gi"])
 def test_malformed_quantities_are_a_value_error_naming_the_text(bad):
     with pytest.raises(ValueError):
         parse_quantity(bad)
