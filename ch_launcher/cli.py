@@ -5,7 +5,8 @@ with KubeVirt's default (unknown flags are logged and ignored, because virt-cont
 the command line), plus `--ch-binary` (env CH_BINARY), `--private-dir` and `--firmware-dir`.
 
 Process model (as `cmd/virt-launcher/virt-launcher.go@d923fdb815cd`):
-1. serve the command socket; the rename to `launcher-sock` is the readiness signal;
+1. create `<private-dir>/<uid>/virt-serial0-log` (the console log container waits for it), then
+   serve the command socket; the rename to `launcher-sock` is the readiness signal;
 2. wait for a VM to be defined (first successful boot); after `--qemu-timeout` exit 2 with
    "timed out waiting for domain to be defined" (the Go launcher panics, also exit 2);
 3. watch the VM; SIGTERM/SIGINT/SIGQUIT/SIGHUP set `MarkedForGracefulShutdown` (virt-handler then
@@ -208,6 +209,10 @@ async def run(settings: Settings) -> int:
 
     for d in (settings.sockets_dir, settings.private_dir):
         os.makedirs(d, exist_ok=True)
+    if settings.uid:
+        from ch_launcher.console import precreate_log
+
+        precreate_log(settings.private_dir, settings.uid)
     notifier = Notifier(settings.notify_socket)
     manager = DomainManager(ManagerSettings(
         private_dir=settings.private_dir, share_dir=settings.share_dir,

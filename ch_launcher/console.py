@@ -30,6 +30,27 @@ log = logging.getLogger(__name__)
 
 CLIENT_BUFFER_LIMIT = 1 << 20  # bytes queued for a slow client before its output is dropped
 READ_CHUNK = 64 * 1024
+SOCKET_NAME, LOG_NAME = "virt-serial0", "virt-serial0-log"
+
+
+def console_paths(private_dir: str, uid: str) -> tuple[str, str]:
+    """The console socket virt-handler dials and the serial log: `<private-dir>/<uid>/virt-serial0`
+    and `<private-dir>/<uid>/virt-serial0-log`."""
+    vmi_dir = os.path.join(private_dir, uid)
+    return os.path.join(vmi_dir, SOCKET_NAME), os.path.join(vmi_dir, LOG_NAME)
+
+
+def precreate_log(private_dir: str, uid: str) -> str:
+    """Create `<private-dir>/<uid>/` and an empty serial log (an existing one is kept) when the
+    launcher starts, as virt-launcher does (kubevirt cmd/virt-launcher/virt-launcher.go@d923fdb815cd:
+    `initializeDirs`, `InitializeConsoleLogFile`). The `guest-console-log` container (virt-tail)
+    starts before the launcher and exits when that directory is still missing 3 s later, long
+    before the first Sync (kubevirt cmd/virt-tail/main.go@d923fdb815cd). Returns the log's path;
+    raises OSError."""
+    _, log_file = console_paths(private_dir, uid)
+    os.makedirs(os.path.dirname(log_file), exist_ok=True)
+    os.close(os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644))
+    return log_file
 
 
 class ConsoleError(Exception):

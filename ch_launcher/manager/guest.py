@@ -6,10 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from typing import TYPE_CHECKING, Any
 
-from ch_launcher.console import ConsoleError, SerialConsole
+from ch_launcher.console import ConsoleError, SerialConsole, console_paths
 from ch_launcher.manager.settings import CommandFailed, ManagerSettings
 
 if TYPE_CHECKING:
@@ -36,10 +35,9 @@ class GuestServices:
     async def _start_console(self, plan: Plan, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
         if self._console is not None or not plan.serial_socket:
             return
-        vmi_dir = os.path.join(self.settings.private_dir, vmi.metadata.uid)
+        socket, log_file = console_paths(self.settings.private_dir, vmi.metadata.uid)
         keep_log = not (options is not None and options.serial_console_log_disabled)
-        console = SerialConsole(plan.serial_socket, os.path.join(vmi_dir, "virt-serial0"),
-                                os.path.join(vmi_dir, "virt-serial0-log") if keep_log else None)
+        console = SerialConsole(plan.serial_socket, socket, log_file if keep_log else None)
         try:
             await console.start()
         except ConsoleError as e:

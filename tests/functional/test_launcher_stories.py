@@ -69,6 +69,16 @@ def test_a_stale_init_socket_file_is_replaced(vh):
     vh.run(story())
 
 
+def test_the_serial_log_exists_as_soon_as_the_launcher_is_ready(vh):
+    # virt-tail (the guest-console-log container) starts first and gives up on a missing directory.
+    async def story():
+        await vh.start()
+        log = vh.layout.console_socket(vh.vmi["metadata"]["uid"]).parent / "virt-serial0-log"
+        assert log.is_file() and log.stat().st_size == 0
+
+    vh.run(story())
+
+
 def test_the_serial_console_socket_exists_once_the_vm_runs(vh):
     async def story():
         await vh.boot()
