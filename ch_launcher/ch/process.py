@@ -63,7 +63,6 @@ class VmmProcess:
         self.log_file = log_file
         self.argv = argv
         self.client = CloudHypervisorClient(api_socket)
-        self.version: str | None = None
         self.pidfd: int | None
         try:
             self.pidfd = os.pidfd_open(popen.pid)
@@ -90,7 +89,8 @@ class VmmProcess:
         A stale file at `api_socket` is unlinked first (CH <= v52 refuses to bind over it). If
         `event_monitor` is a FIFO, its reader must already be open (`open_event_fifo`), because
         CH blocks at start-up until one is. `env=None` inherits this process's environment.
-        Raises `VmmStartError` if the binary cannot be executed.
+        Raises `VmmStartError` (nothing started) if the stale socket cannot be removed, the log
+        file cannot be opened, or the binary cannot be executed.
         """
         _unlink_stale_socket(api_socket)
         argv = [
@@ -107,7 +107,10 @@ class VmmProcess:
         if no_shutdown:
             argv.append("--no-shutdown")
         argv.extend(extra_args)
-        out = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            out = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise VmmStartError(f"cannot open the VMM log file {log_file}: {exc.strerror}") from exc
         try:
             popen = subprocess.Popen(
                 argv,
@@ -125,7 +128,7 @@ class VmmProcess:
         return cls(popen, api_socket=str(api_socket), event_monitor=str(event_monitor), log_file=str(log_file), argv=argv)
 
     def wait_ready(self, timeout: float = 10.0) -> VmmPingResponse:
-        """Waits until `vmm.ping` answers; returns it and records `self.version`.
+        """Waits until `vmm.ping` answers; returns it (its version is then `self.version`).
 
         Raises `VmmStartError` when the process exits first (with its code or signal), or when
         the socket did not answer within `timeout` seconds (the process is left running).
@@ -151,7 +154,6 @@ class VmmProcess:
                 except ChApiError as exc:
                     last_error = f"last attempt: {exc}"
                 else:
-                    self.version = pong.version
                     return pong
             time.sleep(min(READY_POLL_INTERVAL, max(0.0, deadline - time.monotonic())))
 
@@ -160,6 +162,11 @@ class VmmProcess:
     @property
     def pid(self) -> int:
         return self._popen.pid
+
+    @property
+    def version(self) -> str | None:
+        """The VMM's version (e.g. "53.0.0") from its last `vmm.ping`; None before `wait_ready`."""
+        return self.client.version
 
     @property
     def returncode(self) -> int | None:
@@ -262,4 +269,7 @@ def _unlink_stale_socket(path: str) -> None:
         return
     if stat.S_ISDIR(st.st_mode):
         raise VmmStartError(f"API socket path {path} is a directory")
-    os.unlink(path)
+    try:
+        os.unlink(path)
+    except OSError as exc:
+        raise VmmStartError(f"cannot remove the stale API socket {path}: {exc.strerror}") from exc

@@ -66,6 +66,14 @@ def test_a_directory_at_the_socket_path_is_refused(tmp_path) -> None:  # noqa: A
         _spawn(tmp_path, _script(tmp_path, "exit 0"))
 
 
+def test_an_unwritable_log_file_is_a_start_error_naming_it(tmp_path) -> None:  # noqa: ANN001
+    with pytest.raises(VmmStartError, match=r"cannot open the VMM log file .*/no-dir/vmm.log"):
+        VmmProcess.spawn(
+            _script(tmp_path, "exit 0"), api_socket=str(tmp_path / "api.sock"), event_monitor=str(tmp_path / "ev"),
+            log_file=str(tmp_path / "no-dir" / "vmm.log"),
+        )  # fmt: skip
+
+
 def test_a_missing_binary_is_a_start_error(tmp_path) -> None:  # noqa: ANN001
     with pytest.raises(VmmStartError, match="cannot execute"):
         _spawn(tmp_path, str(tmp_path / "no-such-vmm"))
