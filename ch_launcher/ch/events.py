@@ -110,12 +110,12 @@ class EventStreamParser:
                 break
             piece = bytes(self._buf[:cut])
             del self._buf[: cut + len(_SEPARATOR)]
-            events.extend(self._decode_piece(piece))
+            events.extend(self._decode(piece, complete=True) or ())
         if self._buf.strip():
             # An object may be complete before its blank line arrives: decode it now so the
             # launcher learns of `vm:shutdown` without waiting for the next event. An
             # incomplete object simply stays buffered.
-            tail = self._try_complete(bytes(self._buf))
+            tail = self._decode(bytes(self._buf), complete=False)
             if tail is not None:
                 self._buf.clear()
                 events.extend(tail)
@@ -127,21 +127,15 @@ class EventStreamParser:
             self._buf.clear()
         return events
 
-    def _try_complete(self, piece: bytes) -> list[Event] | None:
+    def _decode(self, piece: bytes, complete: bool) -> list[Event] | None:
+        """The events in `piece`. JSON that does not parse is skipped (logged) when the piece is
+        `complete` (its blank line came); otherwise None: the rest may still be on its way."""
         text = piece.decode("utf-8", errors="replace")
-        try:
-            objs = self._decode_all(text)
-        except ValueError:
-            return None
-        return [e for e in (self._to_event(o, text) for o in objs) if e is not None]
-
-    def _decode_piece(self, piece: bytes) -> list[Event]:
-        text = piece.decode("utf-8", errors="replace")
-        if not text.strip():
-            return []
         try:
             objs = self._decode_all(text)
         except ValueError as exc:
+            if not complete:
+                return None
             self.skipped += 1
             log.warning("event stream: skipped a malformed object (%s): %.200r", exc, text)
             return []
