@@ -176,7 +176,7 @@ class BalloonConfig(_Out):
 
 
 class ConsoleConfig(_Out):
-    """virtio-console (`console`) or the legacy UART (`serial`, same shape minus PCI fields)."""
+    """virtio-console (`console`, hvc0). The legacy UART (`serial`, ttyS0) is `SerialConfig`."""
 
     mode: ConsoleMode
     file: str | None = None
@@ -185,6 +185,8 @@ class ConsoleConfig(_Out):
 
 
 class SerialConfig(_Out):
+    """The legacy UART (`serial`): `ConsoleConfig` without the PCI fields."""
+
     mode: ConsoleMode
     file: str | None = None
     socket: str | None = None
