@@ -15,11 +15,22 @@ decode; it never raises anything else.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
-Quantity = str | int | float
+
+def _quantity(value: Any) -> str | int | float:
+    # One check, one message: a plain `str | int | float` union reports a wrong value three
+    # times (once per member) and turns `true` into the quantity 1. The text is parsed where it
+    # is used (`kubevirt.quantity`), so a malformed one is reported by the translator.
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise PydanticCustomError("quantity", "must be a quantity: a string such as '1Gi', or a number")
+    return value
+
+
+Quantity = Annotated[str | int | float, PlainValidator(_quantity)]
 
 
 class _Model(BaseModel):
@@ -531,7 +542,6 @@ class PVCInfo(_Model):
     volumeMode: str = ""  # "Filesystem" | "Block"
     capacity: dict[str, Quantity] = Field(default_factory=dict)
     requests: dict[str, Quantity] = Field(default_factory=dict)
-    filesystemOverhead: str | float | None = None
     preallocated: bool = False
 
 
@@ -608,17 +618,11 @@ def field_path(loc: tuple[Any, ...]) -> str:
 def from_validation_error(err: ValidationError, prefix: str = "") -> InvalidVMI:
     causes = []
     for e in err.errors(include_url=False):
-        # union members add their type name to the location; keep only real field names
-        loc = tuple(p for p in e["loc"] if isinstance(p, int) or not _is_type_tag(str(p)))
-        path = field_path(loc)
+        path = field_path(e["loc"])  # the model has no unions, whose members would add type tags
         if prefix:
             path = f"{prefix}.{path}" if path else prefix
         causes.append((path, f"{path}: {e['msg']}" if path else e["msg"]))
     return InvalidVMI(", ".join(m for _, m in causes), causes)
-
-
-def _is_type_tag(part: str) -> bool:
-    return part in {"str", "int", "float", "bool"} or part.startswith(("function-", "list[", "dict["))
 
 
 def parse_vmi(payload: bytes | str | dict[str, Any], *, prefix: str = "") -> VirtualMachineInstance:

@@ -40,3 +40,16 @@ def test_a_malformed_vmi_names_every_bad_field_path():
 def test_payloads_that_are_not_objects_are_invalid_vmi(payload, words):
     with pytest.raises(InvalidVMI, match=words):
         parse_vmi(payload)
+
+
+@pytest.mark.parametrize("value", [True, [1], {"a": 1}, None])
+def test_a_quantity_of_the_wrong_type_is_one_cause_at_its_exact_path(value):
+    with pytest.raises(InvalidVMI) as e:
+        parse_vmi({"spec": {"domain": {"resources": {"requests": {"memory": value}}}}})
+    assert [p for p, _ in e.value.causes] == ["spec.domain.resources.requests.memory"]
+
+
+def test_a_map_key_named_like_a_type_stays_in_the_path():
+    with pytest.raises(InvalidVMI) as e:
+        parse_vmi({"metadata": {"labels": {"int": 5}}})
+    assert [p for p, _ in e.value.causes] == ["metadata.labels.int"]
