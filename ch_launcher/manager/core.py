@@ -365,7 +365,6 @@ class DomainManager:
         try:
             await self._api(client.boot, timeout=self.settings.boot_timeout)
             if start_paused:
-                self._vm.user_paused = True
                 await self._api(client.pause)
         except ChApiError as e:
             # Leave no half-made VM, so the next Sync starts clean: a VMM that did not answer is
@@ -379,6 +378,7 @@ class DomainManager:
             self._k8s_event("Warning", "BootFailed", message)
             raise CommandFailed(message) from None
         self._vm.down = None
+        self._vm.user_paused = start_paused  # a pause of an earlier boot does not carry over
         self._set_state(VmState.PAUSED if start_paused else VmState.RUNNING, force=True)
         self.booted_once.set()
         self._guest.attach_console()
@@ -468,7 +468,6 @@ class DomainManager:
         if vm.soft_reboot and vm.saw_shutdown and not vm.killing and vm.state in (VmState.RUNNING, VmState.PAUSED):
             log.info("the guest shut down for a soft reboot; booting it again")
             vm.soft_reboot = False
-            vm.user_paused = False
             self._background(self._locked("SoftReboot", self._reboot_fresh))
             return
         if vm.state in (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED):
@@ -480,8 +479,9 @@ class DomainManager:
                 message = f"cloud-hypervisor (pid {vmm.pid}) {how} while the VM was running"
                 log.error("%s; last lines of its log:\n%s", message, tail)
                 self._k8s_event("Warning", "VMMCrashed", message)
-        elif not vm.killing and not self._closed:
-            log.warning("cloud-hypervisor (pid %d) %s", vmm.pid, how)
+        elif vm.state is not VmState.DOWN and not vm.killing and not self._closed:
+            # No VM ran on it (a VM that stopped has announced vm:shutdown and is DOWN already).
+            log.warning("cloud-hypervisor (pid %d) %s with no VM running", vmm.pid, how)
         if vm.state is VmState.DOWN:
             log.info("VM is down: %s", vm.down.value if vm.down else "?")
         self._bump()
