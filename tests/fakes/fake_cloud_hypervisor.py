@@ -399,29 +399,28 @@ class FakeCloudHypervisor:
         path = target.split("?", 1)[0]
         endpoint = path[len(API_ROOT):] if path.startswith(API_ROOT) else None
         parsed: Any = None
+        bad_json: ValueError | None = None
         if body:
             try:
                 parsed = json.loads(body)
-            except ValueError:
-                parsed = body.decode("utf-8", errors="replace")
-        self.record(method, path, parsed if body else None)
+            except ValueError as exc:
+                parsed, bad_json = body.decode("utf-8", errors="replace"), exc
+        self.record(method, path, parsed)
         route = ROUTES.get(endpoint or "")
         if route is None or self.version[0] < route[2]:
-            return self.http_error(404, ["Not Found"])
+            return self.error(404, ["Not Found"])
         want, body_rule, _ = route
         if method not in ("GET", "PUT"):
             return self.response(400, None)  # no body, and no Content-Length either (as CH)
         if method != want:
-            return self.http_error(400, ["Bad Request"])
+            return self.error(400, ["Bad Request"])
         if body_rule == "none" and body:
-            return self.http_error(400, ["Bad Request"])
+            return self.error(400, ["Bad Request"])
         if body_rule == "required":
             if not body:
-                return self.http_error(400, ["Bad Request"])
-            try:
-                parsed = json.loads(body)
-            except ValueError as exc:
-                return self.http_error(400, ["Failed to deserialize JSON", serde_message(exc)])
+                return self.error(400, ["Bad Request"])
+            if bad_json is not None:
+                return self.error(400, ["Failed to deserialize JSON", serde_message(bad_json)])
             schema = checks.BODY_SCHEMA.get(endpoint)
             if schema and self.load_schemas():
                 assert self.schemas is not None
@@ -429,7 +428,7 @@ class FakeCloudHypervisor:
                 for field in unknown:
                     self.log("WARN", f"{endpoint}: unknown field `{field}` ignored (the real VMM ignores it silently)")
                 if errors:
-                    return self.http_error(400, ["Failed to deserialize JSON", errors[0]])
+                    return self.error(400, ["Failed to deserialize JSON", errors[0]])
         if endpoint == self.hang_endpoint:
             self.log("WARN", f"{endpoint}: never answering (FAKE_CH_HANG_ENDPOINT); the API is stalled")
             self.hung = True
@@ -438,14 +437,14 @@ class FakeCloudHypervisor:
             status, payload = self.vmm.handle(endpoint, parsed if body_rule == "required" else None)
         except ApiFailure as exc:
             self.log("ERROR", f"{endpoint}: {exc.chain}")
-            return self.api_error(self.vmm.error_status(exc.kind), exc.chain)
+            return self.error(self.vmm.error_status(exc.kind), exc.chain)
         except HttpFailure as exc:
-            return self.http_error(exc.status, exc.chain)
+            return self.error(exc.status, exc.chain)
         except Exception as exc:  # a bug here must show as a 500, not kill the VMM
             import traceback  # noqa: PLC0415
 
             self.log("ERROR", f"{endpoint}: simulated VMM bug: {traceback.format_exc()}")
-            return self.api_error(500, ["Error from API", f"simulated VMM internal error: {exc!r}"])
+            return self.error(500, ["Error from API", f"simulated VMM internal error: {exc!r}"])
         if status == 204:
             return self.response(204, None)
         if isinstance(payload, bytes):
@@ -467,12 +466,9 @@ class FakeCloudHypervisor:
         head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
         return (head + "\r\n").encode() + body
 
-    def api_error(self, status: int, chain: list[str]) -> bytes:
-        if self.version[0] <= 46:  # plain text: every Display joined, "Error from API: ...: root"
-            return self.response(status, ": ".join(chain).encode())
-        return self.response(status, compact(chain))
-
-    def http_error(self, status: int, chain: list[str]) -> bytes:
+    def error(self, status: int, chain: list[str]) -> bytes:
+        """An API or HTTP-level error: the chain as a JSON array (v47+), or as plain text
+        (<= v46: every Display joined, "Error from API: ...: root")."""
         if self.version[0] <= 46:
             return self.response(status, ": ".join(chain).encode())
         return self.response(status, compact(chain))

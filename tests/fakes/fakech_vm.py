@@ -114,7 +114,7 @@ class ApiFailure(Exception):
 class HttpFailure(Exception):
     """An HTTP-level error (`HttpError` in vmm/src/api/http/mod.rs): bad request, not found."""
 
-    def __init__(self, status: int, chain: list[str] | None) -> None:
+    def __init__(self, status: int, chain: list[str]) -> None:
         super().__init__(status)
         self.status, self.chain = status, chain
 
