@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ch_launcher import lifecycle
 from ch_launcher.ch.events import Event
 from ch_launcher.kubevirt.domain import GracePeriod, Reason, deleted_domain_view, domain_json, now_rfc3339
+from ch_launcher.kubevirt.log import log_subcomponent_line
 from ch_launcher.lifecycle import Intent, Step, VmState
 from ch_launcher.manager.guest import GuestServices
 from ch_launcher.manager.outbox import Outbox
@@ -475,9 +476,10 @@ class DomainManager:
                                             exit_code=code)
             self._set_state(VmState.DOWN, force=True)
             if vm.down in (Reason.CRASHED, Reason.PANICKED):
-                tail = vmm.log_tail(5)
                 message = f"cloud-hypervisor (pid {vmm.pid}) {how} while the VM was running"
-                log.error("%s; last lines of its log:\n%s", message, tail)
+                log.error("%s", message)
+                for line in vmm.log_tail(5).splitlines():  # its last words, as virt-launcher logs QEMU's
+                    log_subcomponent_line(log, "cloud-hypervisor", line)
                 self._k8s_event("Warning", "VMMCrashed", message)
         elif vm.state is not VmState.DOWN and not vm.killing and not self._closed:
             # No VM ran on it (a VM that stopped has announced vm:shutdown and is DOWN already).
