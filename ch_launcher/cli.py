@@ -28,6 +28,10 @@ import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported at run time only when needed: --help and readiness stay fast
+    from ch_launcher.manager import DomainManager
 
 log = logging.getLogger("ch_launcher")
 
@@ -249,7 +253,8 @@ def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:
     stop.set()
 
 
-async def supervise(manager, settings: Settings, stop: asyncio.Event, early_exit: asyncio.Event) -> int:  # noqa: ANN001
+async def supervise(manager: DomainManager, settings: Settings, stop: asyncio.Event,
+                    early_exit: asyncio.Event) -> int:
     """Steps 2-4 of the module docstring; returns the exit status."""
     from ch_launcher.lifecycle import Intent, VmState
 
@@ -316,7 +321,7 @@ async def supervise(manager, settings: Settings, stop: asyncio.Event, early_exit
     return 0
 
 
-def reap_orphans(manager) -> None:  # noqa: ANN001
+def reap_orphans(manager: DomainManager) -> None:
     """SIGCHLD while PID 1: reap zombie children that are not the VMM (whose status the VMM
     supervisor collects itself). Orphans of the container are reparented to PID 1."""
     own = manager.owned_pids()

@@ -2,7 +2,7 @@
 Hypervisor's events and the VMM's exit move the state, and how a state reads as KubeVirt's
 `(LifeCycle, Reason)` (contract.md §2.3, §6, §11; cloud-hypervisor.md §5, §6).
 
-Pure: no I/O, no clock. `manager.py` runs the steps; tests read the tables.
+Pure: no I/O, no clock. `ch_launcher.manager` runs the steps; tests read the tables.
 
 The model follows the process model chosen for Cloud Hypervisor: CH runs **without**
 `--no-shutdown`, so a guest poweroff ends the VMM process (as QEMU ends under libvirt), every CH

@@ -58,13 +58,13 @@ _RECONNECT_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEED
 
 
 class NotifyError(Exception):
-    """One delivery attempt failed; `reconnect` says whether the channel must be redialled."""
-
+    """One delivery attempt failed. `reconnect`: the channel must be redialled; `refused`:
+    virt-handler answered success=false (the message says why)."""
 
     def __init__(self, message: str, *, reconnect: bool = False, refused: bool = False) -> None:
         super().__init__(message)
         self.reconnect = reconnect
-        self.refused = refused  # virt-handler answered success=false with this message
+        self.refused = refused
 
 
 @dataclass(eq=False)

@@ -83,7 +83,7 @@ NOT_SERVED: dict[str, tuple[type, str]] = {
     "GuestPing": (pb.GuestPingResponse, _NO_AGENT),
 }
 
-# Cmd RPC -> (intent, deadline virt-handler sets)
+# Cmd RPC -> the intent it asks the manager for (each has virt-handler's 20 s deadline, LONG)
 COMMANDS: dict[str, Intent] = {
     "SyncVirtualMachine": Intent.SYNC,
     "PauseVirtualMachine": Intent.PAUSE,
