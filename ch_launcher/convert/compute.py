@@ -20,7 +20,7 @@ are accepted and named models and explicit CPU features are not (cloud-hyperviso
 
 from __future__ import annotations
 
-from decimal import ROUND_CEILING
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from ch_launcher.ch.vmconfig import CpuAffinity, CpusConfig, CpuTopology, PlatformConfig
@@ -42,25 +42,25 @@ def platform(t: Translation) -> PlatformConfig:
     return t.config.platform
 
 
-def _whole_cpus(t: Translation, path: str, value: Any) -> int | None:
-    """A CPU quantity rounded up to whole CPUs, as `resource.Quantity.Value()` does."""
+def _cpu_quantity(t: Translation, path: str, value: Any) -> Decimal | None:
+    """A CPU request or limit as a number of CPUs; None after reporting an invalid one."""
     try:
         n = parse_quantity(value)
     except ValueError as e:
         t.unsupported(path, f"{path} '{value}' is not a valid quantity: {e}", "FieldValueInvalid")
         return None
-    if not n.is_finite() or n < 0:
-        t.unsupported(path, f"{path} '{value}': must be a finite number greater than or equal to 0.",
-                      "FieldValueInvalid")
+    if n < 0:
+        t.unsupported(path, f"{path} '{value}': must be greater than or equal to 0.", "FieldValueInvalid")
         return None
-    if n > MAX_VCPUS:
-        t.unsupported(path, f"{path} '{value}': {MAX_VCPUS} vCPUs at most", "FieldValueInvalid")
-        return None
-    return int(n.to_integral_value(rounding=ROUND_CEILING))
+    return n
 
 
 def vcpu_topology(t: Translation) -> tuple[int, int, int, int] | None:
-    """(sockets, cores, threads, max_sockets) by KubeVirt's rules; None after reporting a problem."""
+    """(sockets, cores, threads, max_sockets) by KubeVirt's rules; None after reporting a problem.
+
+    The CPU limit and request are checked even when the topology does not read them: the
+    admission webhook's overhead calculator reads both.
+    """
     cpu = t.vmi.spec.domain.cpu
     base = "spec.domain.cpu"
     ok = True
@@ -70,22 +70,29 @@ def vcpu_topology(t: Translation) -> tuple[int, int, int, int] | None:
                 t.unsupported(f"{base}.{name}", f"{base}.{name} '{getattr(cpu, name)}': must be greater "
                               "than or equal to 0.", "FieldValueInvalid")
                 ok = False
+    resources = t.vmi.spec.domain.resources
+    cpu_quantities: list[tuple[str, Any, Decimal]] = []  # the limit first: it wins over the request
+    for kind, given in (("limits", resources.limits), ("requests", resources.requests)):
+        if "cpu" in given:
+            path = f"spec.domain.resources.{kind}.cpu"
+            n = _cpu_quantity(t, path, given["cpu"])
+            if n is None:
+                ok = False
+            else:
+                cpu_quantities.append((path, given["cpu"], n))
     if not ok:
         return None
     if cpu is not None and (cpu.sockets or cpu.cores or cpu.threads):
         sockets, cores, threads = cpu.sockets or 1, cpu.cores or 1, cpu.threads or 1
     else:
-        resources = t.vmi.spec.domain.resources
-        if "cpu" in resources.limits:
-            n = _whole_cpus(t, "spec.domain.resources.limits.cpu", resources.limits["cpu"])
-        elif "cpu" in resources.requests:
-            n = _whole_cpus(t, "spec.domain.resources.requests.cpu", resources.requests["cpu"])
-        else:
-            n = 1
-        if n is None:
-            return None
-        sockets = max(n, 1)
-        cores = threads = 1
+        sockets, cores, threads = 1, 1, 1
+        if cpu_quantities:
+            path, value, n = cpu_quantities[0]
+            if n > MAX_VCPUS:
+                t.unsupported(path, f"{path} '{value}': {MAX_VCPUS} vCPUs at most", "FieldValueInvalid")
+                return None
+            # rounded up to whole CPUs, as `resource.Quantity.Value()` does
+            sockets = max(int(n.to_integral_value(rounding=ROUND_CEILING)), 1)
     max_sockets = sockets
     if cpu is not None and cpu.maxSockets:
         if cpu.maxSockets < sockets:

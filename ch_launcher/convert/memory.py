@@ -52,24 +52,44 @@ def _bytes(t: Translation, path: str, value: Quantity) -> int | None:
 
 def guest_memory(t: Translation) -> tuple[str, int] | None:
     """(field path, bytes) of the guest's memory by KubeVirt's defaulting order, or None after
-    reporting why there is none."""
+    reporting why there is none.
+
+    The memory request and limit are checked even when the size comes from elsewhere: the
+    admission webhook's overhead calculator reads them.
+    """
     domain = t.vmi.spec.domain
     mem = domain.memory
     candidates: list[tuple[str, Quantity | None]] = [
         ("spec.domain.memory.guest", mem.guest if mem else None),
         ("spec.domain.resources.requests.memory", domain.resources.requests.get("memory")),
         ("spec.domain.resources.limits.memory", domain.resources.limits.get("memory")),
-        ("spec.domain.memory.hugepages.pageSize", mem.hugepages.pageSize if mem and mem.hugepages else None),
+        # a string field, where "" means unset
+        ("spec.domain.memory.hugepages.pageSize", (mem.hugepages.pageSize or None) if mem and mem.hugepages else None),
     ]
-    for path, value in candidates:
-        if value is not None and value != "":
-            n = _bytes(t, path, value)
-            return None if n is None else (path, n)
-    # KubeVirt's wording (vmi-create-admitter.go@d923fdb815cd), a cause without a field.
-    t.unsupported("", "no memory requested, at least one of 'spec.domain.memory.guest', "
-                  "'spec.domain.memory.hugepages.pageSize' or 'spec.domain.resources.requests.memory' "
-                  "must be set", "FieldValueRequired")
-    return None
+    given = [(path, value) for path, value in candidates if value is not None]
+    if not given:
+        # KubeVirt's wording (vmi-create-admitter.go@d923fdb815cd), a cause without a field.
+        t.unsupported("", "no memory requested, at least one of 'spec.domain.memory.guest', "
+                      "'spec.domain.memory.hugepages.pageSize' or 'spec.domain.resources.requests.memory' "
+                      "must be set", "FieldValueRequired")
+        return None
+    path, value = given[0]
+    n = _bytes(t, path, value)
+    for other, value in given[1:]:
+        if other.startswith("spec.domain.resources."):
+            _non_negative(t, other, value)
+    return None if n is None else (path, n)
+
+
+def _non_negative(t: Translation, path: str, value: Quantity) -> None:
+    """Report a quantity that does not parse or is negative."""
+    try:
+        n = quantity_bytes(value)
+    except ValueError as e:
+        t.unsupported(path, f"{path} '{value}' is not a valid quantity: {e}", "FieldValueInvalid")
+        return
+    if n < 0:
+        t.unsupported(path, f"{path} '{value}': must be greater than or equal to 0.", "FieldValueInvalid")
 
 
 def configure_memory(t: Translation) -> None:
@@ -90,6 +110,9 @@ def configure_memory(t: Translation) -> None:
         config.size = size = -(-size // PAGE_SIZE) * PAGE_SIZE  # whole pages; never less than asked
     if mem is not None and mem.maxGuest is not None:
         _hotplug(t, config, size, max(page, VIRTIO_MEM_BLOCK) if page else VIRTIO_MEM_BLOCK)
+    if mem is not None and mem.reservedOverhead is not None and mem.reservedOverhead.addedOverhead is not None:
+        # read by the admission webhook's overhead calculator
+        _non_negative(t, "spec.domain.memory.reservedOverhead.addedOverhead", mem.reservedOverhead.addedOverhead)
     if mem is not None and mem.reservedOverhead is not None and mem.reservedOverhead.memLock == "Required":
         # virt-handler raises memlock through a virtqemud/QEMU child and fails without one
         # (contract.md §7.7, pkg/hypervisor/kvm/runtime.go@d923fdb815cd AdjustResources).

@@ -191,3 +191,14 @@ def test_a_supplemental_io_thread_pool_is_a_warning() -> None:
 def test_an_infinite_or_absurd_cpu_limit_is_invalid_not_a_crash(value: Any) -> None:
     assert problem(run(vmi({"resources": {"limits": {"cpu": value}}})), "spec.domain.resources.limits.cpu").reason == \
         "FieldValueInvalid"
+
+
+@pytest.mark.parametrize("domain, path", [
+    ({"cpu": {"cores": 2}, "resources": {"requests": {"cpu": "lots"}}}, "spec.domain.resources.requests.cpu"),
+    ({"resources": {"limits": {"cpu": "2"}, "requests": {"cpu": "-1"}}}, "spec.domain.resources.requests.cpu"),
+    ({"cpu": {"sockets": 1}, "resources": {"limits": {"cpu": float("nan")}}}, "spec.domain.resources.limits.cpu"),
+])
+def test_a_cpu_request_or_limit_the_vcpu_count_does_not_read_is_still_checked(domain: dict[str, Any],
+                                                                               path: str) -> None:
+    # the admission webhook's overhead calculator reads both
+    assert problem(run(vmi(domain)), path).reason == "FieldValueInvalid"

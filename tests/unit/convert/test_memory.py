@@ -126,3 +126,21 @@ def test_required_memlock_is_refused() -> None:
 @pytest.mark.parametrize("value", [float("inf"), float("nan"), "9Ei", 1e300, "1e999999999", "1e999998"])
 def test_an_infinite_or_absurd_memory_size_is_invalid_not_a_crash(value: Any) -> None:
     assert problem(run(vmi({"memory": {"guest": value}})), "spec.domain.memory.guest").reason == "FieldValueInvalid"
+
+
+@pytest.mark.parametrize("domain, path", [
+    ({"resources": {"requests": {"memory": "lots"}}}, "spec.domain.resources.requests.memory"),
+    ({"resources": {"requests": {"memory": "1Gi"}, "limits": {"memory": ""}}}, "spec.domain.resources.limits.memory"),
+    ({"resources": {"limits": {"memory": "-1Gi"}}}, "spec.domain.resources.limits.memory"),
+    ({"memory": {"guest": "1Gi", "reservedOverhead": {"addedOverhead": float("nan")}}},
+     "spec.domain.memory.reservedOverhead.addedOverhead"),
+])
+def test_memory_quantities_the_guest_size_does_not_read_are_still_checked(domain: dict[str, Any], path: str) -> None:
+    # the admission webhook's overhead calculator reads them
+    assert problem(run(vmi(domain)), path).reason == "FieldValueInvalid"
+
+
+def test_an_empty_guest_memory_is_invalid_not_unset() -> None:
+    # resource.Quantity does not decode "" (kubevirt would refuse the VMI before us)
+    assert problem(run(vmi({"memory": {"guest": ""}, "resources": {"requests": {"memory": "1Gi"}}})),
+                   "spec.domain.memory.guest").reason == "FieldValueInvalid"
