@@ -205,10 +205,6 @@ _TIMER_WARNINGS = {
 }
 
 
-def _timer_present(timer: Any) -> bool:
-    return not (isinstance(timer, dict) and timer.get("present") is False)
-
-
 def _check_clock(t: Translation) -> None:
     clock = t.vmi.spec.domain.clock
     if clock is None:
@@ -223,7 +219,12 @@ def _check_clock(t: Translation) -> None:
     timers = clock.timer or {}
     for name, timer in timers.items():
         path = f"{base}.timer.{name}"
-        present = _timer_present(timer)
+        if timer is None:
+            continue  # JSON null: absent, as Go decodes a nil pointer
+        if not isinstance(timer, dict):
+            t.unsupported(path, f"{path} must be an object", "FieldValueInvalid")
+            continue
+        present = timer.get("present") is not False
         if name in _TIMER_WARNINGS:
             if present:
                 t.warn(path, _TIMER_WARNINGS[name])
@@ -234,7 +235,7 @@ def _check_clock(t: Translation) -> None:
         elif name == "rtc":
             if not present:
                 t.warn(path, "the RTC cannot be removed on Cloud Hypervisor")
-            elif isinstance(timer, dict) and (timer.get("tickPolicy") or timer.get("track")):
+            elif timer.get("tickPolicy") or timer.get("track"):
                 t.warn(path, "RTC tickPolicy/track are not configurable on Cloud Hypervisor")
         elif name == "kvm":
             if not present:

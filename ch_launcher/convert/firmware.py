@@ -214,7 +214,14 @@ def _kvm_hyperv(t: Translation) -> None:
 
 def _check_hyperv(t: Translation, hyperv: dict[str, Any]) -> None:
     base = "spec.domain.features.hyperv"
-    wanted = [name for name, state in hyperv.items() if _enabled(state if isinstance(state, dict) else {})]
+    wanted = []
+    for name, state in hyperv.items():
+        if state is None:
+            continue  # JSON null: absent, as Go decodes a nil pointer
+        if not isinstance(state, dict):
+            t.unsupported(f"{base}.{name}", f"{base}.{name} must be an object", "FieldValueInvalid")
+        elif _enabled(state):
+            wanted.append(name)
     if not wanted:
         return
     _kvm_hyperv(t)

@@ -152,6 +152,13 @@ def test_timers_switched_off_that_cloud_hypervisor_lacks_anyway_are_silent() -> 
     assert verdict.allowed and not verdict.warnings
 
 
+def test_a_null_timer_is_absent_and_a_non_object_one_invalid() -> None:
+    off = run(vmi({"clock": {"timer": {"hyperv": None, "hpet": None}}}))
+    assert off.allowed and off.warnings == [] and "kvm_hyperv" not in api(off)["cpus"]
+    assert problem(run(vmi({"clock": {"timer": {"hpet": "yes"}}})), "spec.domain.clock.timer.hpet").reason == \
+        "FieldValueInvalid"
+
+
 def test_a_hyperv_timer_turns_on_the_hyperv_enlightenments() -> None:
     assert cpus({"clock": {"timer": {"hyperv": {}}}})["kvm_hyperv"] is True
 

@@ -129,6 +129,13 @@ def test_hyperv_enlightenments_turn_on_kvm_hyperv_and_warn_about_the_ones_it_lac
     assert fields(verdict.warnings) == ["spec.domain.features.hyperv.vendorid", "spec.domain.features.hyperv.reset"]
 
 
+def test_a_null_hyperv_enlightenment_is_absent_and_a_non_object_one_invalid() -> None:
+    off = run(vmi({"features": {"hyperv": {"relaxed": None}}}))
+    assert off.allowed and "kvm_hyperv" not in api(off)["cpus"]
+    assert problem(run(vmi({"features": {"hyperv": {"relaxed": True}}})),
+                   "spec.domain.features.hyperv.relaxed").reason == "FieldValueInvalid"
+
+
 def test_hyperv_passthrough_turns_on_kvm_hyperv_with_a_warning() -> None:
     verdict = run(vmi({"features": {"hypervPassthrough": {}}}))
     assert api(verdict)["cpus"]["kvm_hyperv"] is True
