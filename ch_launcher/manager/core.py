@@ -8,7 +8,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ch_launcher import lifecycle
@@ -37,16 +37,6 @@ FINAL_PHASES = ("Running", "Succeeded", "Failed")  # vmi.IsRunning() || vmi.IsFi
 
 
 @dataclass
-class _Grace:
-    seconds: int = 30
-    deletion_timestamp: str | None = None
-    marked: bool | None = None
-
-    def view(self) -> GracePeriod:
-        return GracePeriod(self.seconds, self.deletion_timestamp, self.marked)
-
-
-@dataclass
 class _Vm:
     """The mutable facts behind the Domain."""
 
@@ -57,7 +47,7 @@ class _Vm:
     killing: bool = False               # the launcher is stopping the current VMM
     saw_shutdown: bool = False          # the current VMM announced vm:shutdown
     panic_count: int = 0
-    grace: _Grace = field(default_factory=_Grace)
+    grace: GracePeriod = field(default_factory=GracePeriod)  # replaced, never mutated
 
 
 class DomainManager:
@@ -229,7 +219,7 @@ class DomainManager:
 
     async def mark_for_graceful_shutdown(self) -> None:
         """SIGTERM: set GracePeriod.MarkedForGracefulShutdown (a MODIFIED event follows)."""
-        self._vm.grace.marked = True
+        self._vm.grace = replace(self._vm.grace, marked_for_graceful_shutdown=True)
         self._publish()
 
     # --- steps ---------------------------------------------------------------------------------
@@ -240,7 +230,7 @@ class DomainManager:
         if step is Step.REFRESH_GRACE:
             assert vmi is not None
             self._vmi = vmi
-            vm.grace.seconds = vmi.grace_period_seconds
+            vm.grace = replace(vm.grace, deletion_grace_period_seconds=vmi.grace_period_seconds)
             self._publish()
             if self._planned_vmi is not None and vm.state in (VmState.RUNNING, VmState.PAUSED):
                 refuse_hotplug(self._planned_vmi, vmi)
@@ -276,7 +266,7 @@ class DomainManager:
                                 undo=lambda: setattr(vm, "soft_reboot", False))
         elif step is Step.STAMP_DELETION:
             if vm.grace.deletion_timestamp is None:
-                vm.grace.deletion_timestamp = now_rfc3339()
+                vm.grace = replace(vm.grace, deletion_timestamp=now_rfc3339())
                 self._publish()
         elif step is Step.REBOOT:
             await self._vm_call("reboot", lambda c: c.reboot(), VmState.RUNNING)
@@ -509,7 +499,7 @@ class DomainManager:
         vm, vmi = self._vm, self._vmi
         status = lifecycle.domain_status(vm.state, user_paused=vm.user_paused, down=vm.down)
         text = "" if status is None or vmi is None or self._plan is None else domain_json(
-            domain_view(vmi, self._plan, *status, grace=vm.grace.view(), panic_count=vm.panic_count))
+            domain_view(vmi, self._plan, *status, grace=vm.grace, panic_count=vm.panic_count))
         changed = text != self._domain_json
         self._domain_json = text
         if text and (changed or force):
