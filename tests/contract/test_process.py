@@ -16,6 +16,13 @@ from ch_launcher.ch.process import VmmProcess, VmmStartError
 from tests.contract.harness import FAKE, Backend, Vmm
 
 
+def _stale_socket(path: str) -> None:
+    """Bound, never listening: what a killed VMM leaves behind."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.close()
+
+
 def test_vmm_answers_ping_with_its_version(vmm: Vmm) -> None:
     pong = vmm.client.ping()
     assert pong.version.count(".") == 2
@@ -25,9 +32,7 @@ def test_vmm_answers_ping_with_its_version(vmm: Vmm) -> None:
 
 def test_spawn_replaces_a_stale_api_socket(backend: Backend, start: Callable[..., Vmm], sdir: str) -> None:
     stale = os.path.join(sdir, "ch0.sock")
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(stale)  # bound, never listening: what a killed VMM leaves behind
-    s.close()
+    _stale_socket(stale)
     vmm = start(backend)
     assert vmm.api_socket == stale
     assert vmm.client.ping().version
@@ -36,9 +41,7 @@ def test_spawn_replaces_a_stale_api_socket(backend: Backend, start: Callable[...
 def test_a_v52_vmm_cannot_start_over_a_stale_socket(sdir: str) -> None:
     # <= v52 fails to bind over a stale socket (v53 removes it under its .lock): why spawn unlinks it.
     path = os.path.join(sdir, "api.sock")
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(path)
-    s.close()
+    _stale_socket(path)
     result = subprocess.run(
         [FAKE.binary, "--api-socket", f"path={path}"], env={**os.environ, "FAKE_CH_VERSION": "52.0.0"},
         capture_output=True, timeout=10, start_new_session=True,
@@ -49,9 +52,7 @@ def test_a_v52_vmm_cannot_start_over_a_stale_socket(sdir: str) -> None:
 
 def test_stale_socket_is_removed_by_a_v53_vmm_itself(sdir: str) -> None:
     path = os.path.join(sdir, "api.sock")
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(path)
-    s.close()
+    _stale_socket(path)
     proc = subprocess.Popen(
         [FAKE.binary, "--api-socket", f"path={path}"], env={**os.environ, "FAKE_CH_VERSION": "53.0.0"},
         start_new_session=True,
@@ -112,15 +113,17 @@ def test_vmm_that_never_opens_its_socket_fails_after_a_bounded_wait(start: Calla
     assert "never answered vmm.ping within 0.5 s" in str(info.value)
     assert "the API socket never appeared" in str(info.value)
     assert vmm.proc.poll() is None  # left running for the caller to terminate
-    assert vmm.proc.terminate(shutdown_timeout=0.5, term_timeout=2.0) == 0  # SIGTERM: a clean exit
+    vmm.events.wait_for("vmm:starting", timeout=30)  # its SIGTERM handler is in place
+    assert vmm.proc.terminate(shutdown_timeout=0.5, term_timeout=10.0) == 0  # SIGTERM: a clean exit
 
 
 def test_terminate_does_not_wait_out_a_shutdown_request_that_was_never_delivered(start: Callable[..., Vmm]) -> None:
     vmm = start(FAKE, env={"FAKE_CH_NO_API_SOCKET": "1"}, wait=False)
+    vmm.events.wait_for("vmm:starting", timeout=30)  # up, with its SIGTERM handler in place
     t0 = time.monotonic()
-    # No API socket: vmm.shutdown cannot be delivered, so SIGTERM follows at once, not after 10 s.
-    assert vmm.proc.terminate(shutdown_timeout=10.0, term_timeout=3.0) == 0
-    assert time.monotonic() - t0 < 3.0
+    # No API socket: vmm.shutdown cannot be delivered, so SIGTERM follows at once, not after 20 s.
+    assert vmm.proc.terminate(shutdown_timeout=20.0, term_timeout=10.0) == 0
+    assert time.monotonic() - t0 < 10.0
 
 
 def test_slow_vmm_start_is_waited_for(start: Callable[..., Vmm]) -> None:
@@ -155,14 +158,19 @@ def test_terminate_uses_vmm_shutdown_and_reaps(vmm: Vmm) -> None:
 
 def test_terminate_kills_a_vmm_that_ignores_sigterm(sdir: str) -> None:
     script = os.path.join(sdir, "stubborn")
+    ready = os.path.join(sdir, "ready")
     with open(script, "w") as f:
-        f.write("#!/bin/sh\ntrap '' TERM\nwhile :; do sleep 0.05; done\n")
+        f.write(f"#!/bin/sh\ntrap '' TERM\n: > {ready}\nwhile :; do sleep 0.05; done\n")
     os.chmod(script, 0o755)
     proc = VmmProcess.spawn(
         script, api_socket=os.path.join(sdir, "a.sock"), event_monitor=os.path.join(sdir, "ev"),
         log_file=os.path.join(sdir, "log"),
     )  # fmt: skip
     try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(ready):  # SIGTERM before the trap would simply kill it
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.01)
         assert proc.terminate(shutdown_timeout=0.2, term_timeout=0.3) == -signal.SIGKILL
     finally:
         proc.close()
@@ -237,7 +245,7 @@ def test_power_button_is_ignored_by_a_guest_without_acpi(start: Callable[..., Vm
     vmm.client.create(vmm.config())
     vmm.client.boot()
     vmm.client.power_button()
-    time.sleep(0.4)
+    assert "the guest ignores ACPI" in vmm.proc.log_tail()  # no poweroff was scheduled
     assert vmm.client.info().state == "Running"
 
 
@@ -246,9 +254,9 @@ def test_guest_poweroff_while_paused_happens_after_resume(start: Callable[..., V
     vmm.client.create(vmm.config())
     vmm.client.boot()
     vmm.client.pause()
-    vmm.signal(signal.SIGUSR1)
-    time.sleep(0.2)
+    vmm.signal(signal.SIGUSR1)  # acted on before the next request is answered
     assert vmm.client.info().state == "Paused"
+    assert "guest poweroff deferred: the VM is paused" in vmm.proc.log_tail()
     vmm.client.resume()
     vmm.events.wait_for("vm:shutdown", after_mark=False)
     assert vmm.client.info().state == "Created"
@@ -272,13 +280,14 @@ def test_guest_panic_is_reported_only_with_pvpanic(start: Callable[..., Vmm], pv
     vmm.client.create(vmm.config(pvpanic=pvpanic))
     vmm.client.boot()
     vmm.signal(signal.SIGURG)
-    vmm.client.ping()  # handled in order: the signal was processed before this answer
-    time.sleep(0.1)
-    panics = [e for e in vmm.events.poll(0.2) + vmm.events.seen if e.name == "guest:panic"]
+    vmm.client.ping()  # the simulated VMM acts on a signal before answering the next request
+    vmm.events.poll()
+    panics = [e for e in vmm.events.seen if e.name == "guest:panic"]
     if pvpanic:
-        assert panics and panics[0].properties == {"event": "panic"}
+        assert [e.properties for e in panics] == [{"event": "panic"}]
     else:
-        assert not panics
+        assert panics == []
+        assert "guest panicked, but there is no pvpanic device" in vmm.proc.log_tail()
     assert vmm.client.info().state == "Running"
 
 

@@ -179,6 +179,7 @@ class FakeCloudHypervisor:
         self.timers: list[tuple[float, int, Callable[[], None]]] = []
         self.timer_seq = 0
         self.exit_code: int | None = None
+        self.pending_signals: list[str] = []  # guest/VMM actions, run by the main loop
         self.hung = False
         self.listener: socket.socket | None = None
         self.conns: dict[int, Conn] = {}
@@ -278,6 +279,16 @@ class FakeCloudHypervisor:
         elif self.opts.event_fd is not None:
             self.event_fd = self.opts.event_fd
             os.set_blocking(self.event_fd, False)
+        # Handlers before `vmm:starting`: once a test has seen that event, a signal it sends is
+        # acted on, never lost to the default action while the rest of start-up runs.
+        for sig, action in (
+            (signal.SIGTERM, "exit"), (signal.SIGINT, "exit"), (signal.SIGUSR1, "poweroff"),
+            (signal.SIGUSR2, "reboot"), (signal.SIGURG, os.environ.get("FAKE_CH_PANIC_EVENT", "panic")),
+        ):  # fmt: skip
+            signal.signal(sig, lambda _s, _f, a=action: self.pending_signals.append(a))
+        rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+        self.sel.register(rfd, selectors.EVENT_READ, lambda _: os.read(rfd, 512))
         self.event("vmm", "starting")
         delay = env_seconds("FAKE_CH_START_DELAY", 0.0)
         if delay > 0:
@@ -293,15 +304,6 @@ class FakeCloudHypervisor:
             self.log("WARN", "not binding the API socket (FAKE_CH_NO_API_SOCKET)")
         else:
             self.bind_api_socket()
-        self.pending_signals: list[str] = []
-        for sig, action in (
-            (signal.SIGTERM, "exit"), (signal.SIGINT, "exit"), (signal.SIGUSR1, "poweroff"),
-            (signal.SIGUSR2, "reboot"), (signal.SIGURG, os.environ.get("FAKE_CH_PANIC_EVENT", "panic")),
-        ):  # fmt: skip
-            signal.signal(sig, lambda _s, _f, a=action: self.pending_signals.append(a))
-        rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
-        self.sel.register(rfd, selectors.EVENT_READ, lambda _: os.read(rfd, 512))
 
     def bind_api_socket(self) -> None:
         if self.opts.api_fd is not None:
@@ -346,6 +348,11 @@ class FakeCloudHypervisor:
                 break
             timeout = max(0.0, self.timers[0][0] - now) if self.timers else 1.0
             for key, _ in self.sel.select(min(timeout, 1.0)):
+                # A signal sent before a request is acted on before that request is answered,
+                # so a test can signal the guest and then observe the result through the API.
+                self.process_signals()
+                if self.exit_code is not None:
+                    break
                 key.data(key)
                 if self.exit_code is not None:
                     break
