@@ -92,7 +92,7 @@ class Host(Protocol):
     version: tuple[int, int, int]
     no_shutdown: bool
     acpi_delay: float | None  # None: the guest ignores ACPI
-    vcpu_removal_delay: float | None
+    vcpu_removal_delay: float
 
     def event(self, source: str, event: str, properties: dict[str, str] | None = None) -> None: ...
     def log(self, level: str, message: str) -> None: ...
@@ -148,6 +148,7 @@ class Vm:
         self.booted_at = time.monotonic()
         self.bdfs: dict[str, str] = {}
         self.pending_guest: list[str] = []  # guest actions deferred while paused
+        self.vcpu_removal_until = 0.0  # the guest is still offlining vCPUs (CpuManager's, gone with the Vm)
 
     def release(self) -> None:
         for fd in self.lock_fds:
@@ -167,7 +168,6 @@ class Vmm:
         self.vm: Vm | None = None
         self.id_counter = 0
         self.next_slot = 1
-        self.resize_pending_until = 0.0
         self.exiting = False
 
     # --- errors ---------------------------------------------------------------------------
@@ -489,7 +489,7 @@ class Vmm:
         if not isinstance(body, dict):
             raise HttpFailure(400, ["Bad Request"])
         vcpus, ram, balloon = body.get("desired_vcpus"), body.get("desired_ram"), body.get("desired_balloon")
-        if self.vm is not None and time.monotonic() < self.resize_pending_until:
+        if self.vm is not None and time.monotonic() < self.vm.vcpu_removal_until:
             raise HttpFailure(429, ["Too Many Requests"])
         cpus = self.config.setdefault("cpus", {"boot_vcpus": 1, "max_vcpus": 1})
         if vcpus is not None:
@@ -497,7 +497,7 @@ class Vmm:
                 raise self.fail("vm.resize", "Error from CPU manager", f"Number of vCPUs ({vcpus}) is invalid")
             if self.vm is not None and vcpus < cpus.get("boot_vcpus", 1):
                 # The guest removes vCPUs asynchronously; meanwhile another resize gets 429.
-                self.resize_pending_until = time.monotonic() + (self.host.vcpu_removal_delay or 0.0)
+                self.vm.vcpu_removal_until = time.monotonic() + self.host.vcpu_removal_delay
         if self.vm is not None:
             self.host.event("vm", "resizing")
         if vcpus is not None:
