@@ -62,6 +62,7 @@ MINIMUM_PVC_RESERVE_BYTES = 131072
 BLOCK_DEVICE_DIR = "/dev"  # where kubelet puts a pod's volumeDevices (KubeVirt renders /dev/<vol>)
 INSTANCETYPE_ANNOTATIONS = ("kubevirt.io/cluster-instancetype-name", "kubevirt.io/instancetype-name")
 CONFIG_ISO_DEFAULT_LABEL = "cfgdata"  # pkg/config/config.go defaultCreateIsoImage
+ISO_MAX_LABEL = 32  # the ISO 9660 volume identifier field (ECMA-119 8.4.6)
 CLOUD_INIT_KINDS = ("cloudInitNoCloud", "cloudInitConfigDrive")
 
 
@@ -438,7 +439,7 @@ def _host_disk(t: Translation, vpath: str, volume: Volume) -> _Image | None:
     return None
 
 
-def _config_iso(t: Translation, vpath: str, volume: Volume, kind: str) -> _Image:
+def _config_iso(t: Translation, vpath: str, volume: Volume, kind: str) -> _Image | None:
     private = t.env.private_dir
     name = volume.name
     if kind == "serviceAccount":
@@ -451,6 +452,11 @@ def _config_iso(t: Translation, vpath: str, volume: Volume, kind: str) -> _Image
         source = f"{private}/{dirs}/{name}"
         iso = f"{private}/{dirs}-disks/{name}.iso"
         label = getattr(volume, kind).volumeLabel
+        if len(label) > ISO_MAX_LABEL or not (label.isascii() and label.isprintable()):
+            path = f"{vpath}.{kind}.volumeLabel"
+            t.unsupported(path, f"{path} '{label}' must be at most {ISO_MAX_LABEL} printable ASCII characters, "
+                          "what an ISO 9660 volume label holds", "FieldValueInvalid")
+            return None
     step = BuildIso(field=f"{vpath}.{kind}", path=iso, volume_label=label or CONFIG_ISO_DEFAULT_LABEL,
                     files=(), source_dir=source)
     return _Image(iso, "Raw", readonly=True, steps=[step])

@@ -28,6 +28,7 @@ from ch_launcher.prepare.errors import PreparationError
 
 log = logging.getLogger(__name__)
 JOLIET_MAX_NAME = 64  # UCS-2 characters per Joliet name component
+JOLIET_MAX_LABEL = 16  # the volume identifier's 32 bytes hold 16 UCS-2 characters
 
 
 def _is_hidden(name: str) -> bool:
@@ -55,10 +56,12 @@ def collect_dir(source_dir: str, prefix: str = "") -> list[tuple[str, str]]:
 def write_iso(path: str, label: str, files: Iterable[tuple[str, bytes]]) -> None:
     """Write an ISO with `label` holding `files` (relative path, content), atomically.
 
+    Joliet names are left out when a name or the label is too long for Joliet (the ISO 9660
+    label holds 32 characters, Joliet's 16); Rock Ridge names are always there.
     Raises PyCdlibException or OSError; callers turn them into PreparationError."""
     entries = sorted(files)
     names = {part for rel, _ in entries for part in rel.split("/")}
-    joliet = all(len(n) <= JOLIET_MAX_NAME for n in names)
+    joliet = len(label) <= JOLIET_MAX_LABEL and all(len(n) <= JOLIET_MAX_NAME for n in names)
     iso = pycdlib.PyCdlib()
     # Interchange level 4 keeps names as they are; Rock Ridge 1.09 is what Linux mounts read.
     iso.new(interchange_level=4, vol_ident=label, joliet=3 if joliet else None, rock_ridge="1.09")

@@ -218,6 +218,12 @@ def test_config_volumes_are_iso_images_of_their_mounted_directories(source: dict
                              source_dir=src)]
 
 
+@pytest.mark.parametrize("label", ["L" * 33, "étiquette", "a\tb"])
+def test_a_config_volume_label_an_iso_cannot_hold_is_invalid(label: str) -> None:
+    body = vmi(disks=[virtio("v")], volumes=[{"name": "v", "configMap": {"name": "cm", "volumeLabel": label}}])
+    assert problem(run(body), "spec.volumes[0].configMap.volumeLabel").reason == "FieldValueInvalid"
+
+
 @pytest.mark.parametrize("kind", ["downwardMetrics", "memoryDump", "sysprep"])
 def test_volume_kinds_that_need_libvirt_or_a_cdrom_are_refused(kind: str) -> None:
     problem(run(vmi(disks=[virtio("v")], volumes=[{"name": "v", kind: {}}])), f"spec.volumes[0].{kind}")

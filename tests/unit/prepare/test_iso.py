@@ -166,3 +166,10 @@ def test_long_names_keep_their_rock_ridge_name_without_joliet(tmp_path: pathlib.
     step = BuildIso(field="f", path=str(tmp_path / "x.iso"), volume_label="cfgdata", files=(), source_dir=str(source))
     build_iso(step)
     assert read_iso(step.path)[1] == {f"/{name}": b"v"}
+
+
+def test_a_label_too_long_for_joliet_keeps_all_32_characters_without_joliet(tmp_path: pathlib.Path) -> None:
+    label = "L" * 32
+    step = BuildIso(field="f", path=str(tmp_path / "x.iso"), volume_label=label, files=(IsoFile(name="a", data=b"v"),))
+    build_iso(step)
+    assert read_iso(step.path) == (label, {"/a": b"v"})
