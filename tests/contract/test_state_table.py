@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ch_launcher.ch.api import ChApiError, Conflict, VmNotCreated
+from ch_launcher.ch.api import ChApiError, Conflict, InternalError, InvalidRequest, VmNotCreated
 from ch_launcher.ch.vmconfig import PciDeviceInfo, VmInfo
 from tests.contract.harness import FAKE, Vmm, launch, real_backend, real_vmm_unavailable, remove_tree, short_dir
 
@@ -279,3 +279,22 @@ def test_a_resize_while_a_vcpu_removal_is_pending_is_429_and_a_conflict(table: T
     assert info.value.status == 429
     assert info.value.mentions("Too Many Requests")
     assert not info.value.already_in_state()
+
+
+def test_resize_disk_exists_from_v50_and_needs_a_booted_vm_and_a_known_disk(table: Table) -> None:
+    def resize_disk(disk_id: str) -> None:
+        table.c._put("vm.resize-disk", {"id": disk_id, "desired_size": 2 << 20})
+
+    if table.vmm.major < 50:
+        with pytest.raises(InvalidRequest, match="Not Found"):
+            resize_disk("data")
+        return
+    table.reach(CREATED)
+    with pytest.raises(InternalError) as info:
+        resize_disk("data")
+    assert info.value.mentions("Failed resizing a disk image")
+    table.reach(RUNNING)
+    resize_disk("data")
+    # An unknown id: 500 on v53, 404 on main, which is a Conflict (the VM is there), not VmNotCreated.
+    with pytest.raises(Conflict if table.vmm.major >= 54 else InternalError):
+        resize_disk("ghost")

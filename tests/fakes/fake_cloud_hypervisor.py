@@ -57,6 +57,7 @@ ROUTES: dict[str, tuple[str, str, int]] = {
     "vm.delete": ("PUT", "none", 0),
     "vm.resize": ("PUT", "required", 0),
     "vm.resize-zone": ("PUT", "required", 0),
+    "vm.resize-disk": ("PUT", "required", 50),
     "vm.add-disk": ("PUT", "required", 0),
     "vm.add-net": ("PUT", "required", 0),
     "vm.add-fs": ("PUT", "required", 0),

@@ -520,6 +520,17 @@ class Vmm:
                 return 204, None
         raise self.fail("vm.resize-zone", "Failed resizing a memory zone")
 
+    def api_vm_resize_disk(self, body: Any) -> tuple[int, Any]:
+        """`vm_resize_disk` (v50+): only a booted VM resizes a disk. The image file is left as is."""
+        if self.config is None:
+            raise self.fail("vm.resize-disk", "VM is not created", kind="not_created")
+        if self.vm is None:
+            raise self.fail("vm.resize-disk", "Failed resizing a disk image")
+        disk_id = body.get("id") if isinstance(body, dict) else None
+        if not any(d.get("id") == disk_id for d in self.vm.config.get("disks") or []):
+            raise self.fail("vm.resize-disk", "Failed resizing a disk image", kind="unknown_device")
+        return 204, None
+
     def add_device(self, endpoint: str, body: Any) -> tuple[int, Any]:
         if self.config is None:
             raise self.fail(endpoint, "VM is not created", kind="not_created")
