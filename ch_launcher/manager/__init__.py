@@ -1,7 +1,8 @@
 """The domain manager: one VM on one Cloud Hypervisor process, driven by virt-handler's commands.
 
 `DomainManager.execute(intent, vmi, ...)` looks up the steps of `lifecycle.decide()` and runs
-them under one asyncio lock, so commands never interleave. Blocking REST calls run in one worker
+them under one asyncio lock (`runner.Runner`, which also keeps each command within its budget),
+so commands never interleave. Blocking REST calls run in one worker
 thread (CH serves one request at a time anyway); translation and preparation run in another.
 
 What the manager observes becomes the Domain that virt-handler sees:

@@ -7,7 +7,7 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,6 +19,7 @@ from ch_launcher.lifecycle import Intent, Step, VmState
 from ch_launcher.manager.guest import GuestServices
 from ch_launcher.manager.outbox import Outbox
 from ch_launcher.manager.pod import read_pod_facts, release_memory
+from ch_launcher.manager.runner import NotStarted, Runner, StillRunning
 from ch_launcher.manager.settings import CommandFailed, EventSink, ManagerSettings, preload
 from ch_launcher.manager.view import (
     acpi_enabled, cause, describe_exit, domain_view, refuse_hotplug, vm_uuid,
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-FINAL_PHASES = ("Running", "Succeeded", "Failed")  # vmi.IsRunning() || vmi.IsFinal()
+STARTED_PHASES = ("Running", "Succeeded", "Failed")  # vmi.IsRunning() || vmi.IsFinal()
 
 
 @dataclass
@@ -55,8 +56,7 @@ class DomainManager:
 
     def __init__(self, settings: ManagerSettings, sink: EventSink | None = None) -> None:
         self.settings = settings
-        self._lock = asyncio.Lock()
-        self._busy_with: str = ""
+        self._runner = Runner()
         self._ch = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ch-api")
         self._work = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="prepare")
         self._vm = _Vm()
@@ -70,7 +70,6 @@ class DomainManager:
         self._announced = False             # an ADDED was sent for the current domain
         self._start_error: str | None = None  # a background start that failed, for the next Sync
         self._outbox = Outbox(sink)
-        self._tasks: set[asyncio.Task[Any]] = set()
         self._changed = asyncio.Event()
         self.booted_once = asyncio.Event()   # a VM booted at least once ("domain defined")
         self.forgotten = asyncio.Event()     # the final deletion event has been queued
@@ -150,15 +149,14 @@ class DomainManager:
             await asyncio.to_thread(preload)
             await self._ensure_vmm_quietly()
 
-        self._background(self._locked("start", warm_up))
+        self._runner.background(self._runner.locked("start", warm_up))
 
     async def close(self) -> None:
         """Stop the VMM (if any), the console, DHCP and the pump; release everything. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        for task in list(self._tasks):
-            task.cancel()
+        self._runner.cancel()
         self._vm.killing = True
         await self._host.close()
         await self._guest.stop()
@@ -177,29 +175,25 @@ class DomainManager:
         already running keeps running in the background, and a Sync then answers success (the
         boot goes on; its outcome arrives as Domain events, a failure also with the next Sync).
         """
-        started = asyncio.Event()
-
-        async def run() -> str:
-            async with self._lock:
-                started.set()
-                self._busy_with = intent.value
-                try:
-                    return await self._run(intent, vmi, options)
-                finally:
-                    self._busy_with = ""
-
-        task = asyncio.create_task(run(), name=f"cmd-{intent.value}")
         try:
-            return await asyncio.wait_for(asyncio.shield(task), max(0.05, budget))
-        except TimeoutError:
-            if not started.is_set():
-                task.cancel()
-                raise CommandFailed(f"the launcher is busy with {self._busy_with or 'another command'}; "
-                                    f"{intent.value} was not started, try again") from None
-            self._adopt(task, intent)
+            return await self._runner.run(intent.value, lambda: self._run(intent, vmi, options), budget,
+                                          functools.partial(self._ended_late, intent))
+        except NotStarted as busy:
+            raise CommandFailed(f"the launcher is busy with {busy}; {intent.value} was not started, "
+                                "try again") from None
+        except StillRunning:
             if intent is Intent.SYNC:
                 return "still starting the VM in the background"
             raise CommandFailed(f"{intent.value} is still in progress after {budget:.0f} s") from None
+
+    def _ended_late(self, intent: Intent, error: BaseException | None) -> None:
+        """A command that outlived its RPC has ended: remember a Sync's failure for the next Sync."""
+        if isinstance(error, CommandFailed) and intent is Intent.SYNC:
+            self._start_error = str(error)
+            log.error("starting the VM failed in the background: %s", error)
+        elif error is not None:
+            log.error("%s failed in the background: %s", intent.value, error)
+        self._bump()
 
     async def _run(self, intent: Intent, vmi: VirtualMachineInstance | None,
                    options: LauncherOptions | None) -> str:
@@ -208,7 +202,7 @@ class DomainManager:
         if intent is Intent.SYNC and self._start_error is not None:
             error, self._start_error = self._start_error, None
             raise CommandFailed(error)  # reported once; the next Sync tries again
-        started = vmi is not None and vmi.status.phase in FINAL_PHASES
+        started = vmi is not None and vmi.status.phase in STARTED_PHASES
         outcome = lifecycle.decide(intent, self._vm.state, user_paused=self._vm.user_paused,
                                    vmi_started=started, acpi=acpi_enabled(vmi or self._vmi))
         if outcome.error:
@@ -442,7 +436,7 @@ class DomainManager:
             self._guest.attach_console()
 
     def _on_vmm_exit(self, vmm: VmmProcess) -> None:
-        self._background(self._vmm_gone(vmm))
+        self._runner.background(self._vmm_gone(vmm))
 
     async def _vmm_gone(self, vmm: VmmProcess) -> None:
         """The VMM exited (or was stopped): reap it, read its last events, update the Domain.
@@ -459,7 +453,7 @@ class DomainManager:
         if vm.soft_reboot and vm.saw_shutdown and not vm.killing and vm.state in (VmState.RUNNING, VmState.PAUSED):
             log.info("the guest shut down for a soft reboot; booting it again")
             vm.soft_reboot = False
-            self._background(self._locked("SoftReboot", self._reboot_fresh))
+            self._runner.background(self._runner.locked("SoftReboot", self._reboot_fresh))
             return
         if vm.state in (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED):
             vm.down = lifecycle.down_reason(saw_shutdown=vm.saw_shutdown, killing=vm.killing, state=vm.state,
@@ -531,40 +525,6 @@ class DomainManager:
 
     async def _in_worker(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._work, functools.partial(fn, *args))
-
-    async def _locked(self, what: str, fn: Callable[[], Awaitable[None]]) -> None:
-        async with self._lock:
-            self._busy_with = what
-            try:
-                await fn()
-            finally:
-                self._busy_with = ""
-
-    def _background(self, coro: Awaitable[Any]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _adopt(self, task: asyncio.Task[Any], intent: Intent) -> None:
-        """A command that outlived its RPC: keep it, and remember a Sync's failure."""
-        def done(t: asyncio.Task[Any]) -> None:
-            if t.cancelled():
-                return
-            error = t.exception()
-            if isinstance(error, CommandFailed) and intent is Intent.SYNC:
-                self._start_error = str(error)
-                log.error("starting the VM failed in the background: %s", error)
-            elif error is not None:
-                log.error("%s failed in the background: %s", intent.value, error)
-            self._bump()
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(done)
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("background task failed", exc_info=task.exception())
 
     def _complete_metadata(self, vmi: VirtualMachineInstance) -> VirtualMachineInstance:
         """Fill a VMI's missing name/namespace/uid from the launcher's flags; the Domain needs them."""

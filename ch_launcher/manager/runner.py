@@ -1,0 +1,87 @@
+"""One thing at a time: the manager's work runs under one lock, each command within a time
+budget, and work that outlives its budget goes on in the background (owned here, so `cancel()`
+ends it with everything else left running)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class NotStarted(Exception):
+    """The budget ran out while other work held the lock; the work was withdrawn. `str()` says
+    what held the lock."""
+
+
+class StillRunning(Exception):
+    """The work started but did not finish within its budget; it goes on in the background."""
+
+
+class Runner:
+    """Serialises the manager's work: commands, the warm-up start, a soft reboot's new boot."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self.busy_with = ""  # what holds the lock now; "" when it is free
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def locked(self, what: str, work: Callable[[], Awaitable[T]],
+                     started: asyncio.Event | None = None) -> T:
+        """`await work()` under the lock, however long that waits; `started` is set once it has
+        the lock."""
+        async with self._lock:
+            if started is not None:
+                started.set()
+            self.busy_with = what
+            try:
+                return await work()
+            finally:
+                self.busy_with = ""
+
+    async def run(self, what: str, work: Callable[[], Awaitable[T]], budget: float,
+                  on_late_end: Callable[[BaseException | None], None]) -> T:
+        """`await work()` under the lock, within `budget` seconds; its result.
+
+        Raises NotStarted when the lock stayed taken for the whole budget (the work is withdrawn,
+        it never runs), StillRunning when the work has started but not finished: it then goes on
+        in the background and `on_late_end` gets the exception it ends with (None on success;
+        not called if it is cancelled).
+        """
+        started = asyncio.Event()
+        task = asyncio.create_task(self.locked(what, work, started), name=f"cmd-{what}")
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), max(0.05, budget))
+        except TimeoutError:
+            if not started.is_set():
+                task.cancel()
+                raise NotStarted(self.busy_with or "another command") from None
+
+            def done(t: asyncio.Task[Any]) -> None:
+                self._tasks.discard(t)
+                if not t.cancelled():
+                    on_late_end(t.exception())
+
+            self._tasks.add(task)
+            task.add_done_callback(done)
+            raise StillRunning(what) from None
+
+    def background(self, coro: Awaitable[Any]) -> None:
+        """Run `coro` as a task owned here; an exception it ends with is logged."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed", exc_info=task.exception())
+
+    def cancel(self) -> None:
+        """Cancel every task still running here (idempotent)."""
+        for task in list(self._tasks):
+            task.cancel()
