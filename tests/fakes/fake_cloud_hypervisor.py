@@ -8,7 +8,8 @@ and `vm.power-button` (the guest powers off after FAKE_CH_ACPI_DELAY seconds). E
 every known difference from the real binary: docs/simulated-vmm.md.
 
 Stdlib only (it must start fast under any python3 >= 3.11). Modules beside it:
-`fakech_vm.py` (state machine), `fakech_checks.py` (validation, OpenAPI), `fakech_serial.py`.
+`fakech_vm.py` (state machine), `fakech_checks.py` (validation, OpenAPI), `fakech_serial.py`,
+`fakech_yaml.py` (reads the spec without PyYAML).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from tests.conftest import OPENAPI_SPEC, REPO, require_shared
 
 sys.path.insert(0, str(REPO / "tests" / "fakes"))
 import fakech_checks  # noqa: E402
+import fakech_yaml  # noqa: E402
 
 # model -> the spec's schema name
 SCHEMA_OF: dict[type[BaseModel], str] = {
@@ -127,7 +128,7 @@ def _without_descriptions(v: Any) -> Any:
 def test_the_simulated_vmm_reads_the_spec_without_pyyaml_the_same(schemas: dict[str, Any]) -> None:
     # Descriptions differ only in folded-block whitespace; everything the checks use is equal.
     text = OPENAPI_SPEC.read_text()
-    assert _without_descriptions(fakech_checks.parse_yaml(text)) == _without_descriptions(yaml.safe_load(text))
+    assert _without_descriptions(fakech_yaml.parse_yaml(text)) == _without_descriptions(yaml.safe_load(text))
 
 
 def test_the_simulated_vmm_spots_unknown_fields_and_wrong_types(schemas: dict[str, Any]) -> None:
