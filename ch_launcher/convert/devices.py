@@ -30,6 +30,7 @@ from ch_launcher.ch.vmconfig import FsConfig, RngConfig, VsockConfig
 from ch_launcher.convert.context import Translation
 from ch_launcher.convert.plan import WaitForSocket
 from ch_launcher.convert.vfio import DevicePluginPools, VfioError
+from ch_launcher.kubevirt.vmi import DNS1123_LABEL_RULE, is_dns1123_label
 
 VIRTIOFS_DIR = "virtiofs-containers"  # virtiofs.VirtioFSContainers, under the share dir
 VIRTIOFS_QUEUE_SIZE = 1024  # converter/storage/virtiofs.go: Queue "1024"
@@ -95,6 +96,10 @@ def _filesystems(t: Translation) -> None:
         if fs.name not in volumes:
             t.unsupported(f"{path}.name", f"{path}.name '{fs.name}' not found in spec.volumes",
                           "FieldValueNotFound")
+            continue
+        if not is_dns1123_label(fs.name):  # it names the virtiofsd socket file
+            t.unsupported(f"{path}.name", f"{path}.name '{fs.name}' must be {DNS1123_LABEL_RULE}",
+                          "FieldValueInvalid")
             continue
         if fs.name in used_ids:
             t.unsupported(f"{path}.name", f"{path}.name '{fs.name}' is also the name of another device; "

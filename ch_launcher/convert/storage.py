@@ -52,7 +52,9 @@ from ch_launcher.convert.plan import (
 )
 from ch_launcher.kubevirt.domain import DomainDisk
 from ch_launcher.kubevirt.quantity import MiB, quantity_bytes
-from ch_launcher.kubevirt.vmi import CloudInitSource, Disk, Volume, VolumeStatus
+from ch_launcher.kubevirt.vmi import (
+    DNS1123_LABEL_RULE, CloudInitSource, Disk, Volume, VolumeStatus, is_dns1123_label,
+)
 
 MAX_IMAGE_BYTES = 2**63 - 2**20  # the largest file size (off_t), in whole MiB
 MAX_SERIAL_BYTES = 20  # VIRTIO_BLK_ID_BYTES; Cloud Hypervisor refuses longer (vmm/src/config.rs@v53.0)
@@ -166,9 +168,11 @@ def _disk(t: Translation, path: str, disk: Disk, vi: int, volume: Volume, cloud_
     image = _volume(t, vi, volume, cloud_init, ssh_key_dirs)
     if image is None or not ok:
         return None
-    if disk.name.startswith("_"):
-        t.unsupported(f"{path}.name", f"{path}.name '{disk.name}' may not start with '_': Cloud Hypervisor "
-                      "reserves such device ids", "FieldValueInvalid")
+    if not is_dns1123_label(disk.name):
+        # KubeVirt's own rule; the name also becomes file paths and the device id (Cloud
+        # Hypervisor reserves ids starting with '_').
+        t.unsupported(f"{path}.name", f"{path}.name '{disk.name}' must be {DNS1123_LABEL_RULE}",
+                      "FieldValueInvalid")
         return None
     # Fields are gathered first and the model built once: assignments to a VmConfig model are
     # validated one by one, which shows in the webhook's throughput on VMIs with many disks.

@@ -15,6 +15,7 @@ decode; it never raises anything else.
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, model_validator
@@ -590,6 +591,19 @@ class VirtualMachineInstance(_Model):
     def domain_name(self) -> str:
         """libvirt-style name `<namespace>_<name>` (KubeVirt's VMINamespaceKeyFunc)."""
         return f"{self.metadata.namespace}_{self.metadata.name}"
+
+
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS1123_LABEL_MAX = 63
+DNS1123_LABEL_RULE = ("a lowercase RFC 1123 label: at most 63 characters of a-z, 0-9 and '-', starting and "
+                      "ending with a letter or digit")
+
+
+def is_dns1123_label(name: str) -> bool:
+    """Whether `name` is what KubeVirt requires of disk names (`validation.IsDNS1123Label`,
+    kubevirt pkg/storage/admitters/disks.go@d923fdb815cd): 1-63 of a-z, 0-9 and '-', starting
+    and ending alphanumeric. Such a name is safe in a file path and as a device id."""
+    return len(name) <= DNS1123_LABEL_MAX and _DNS1123_LABEL.fullmatch(name) is not None
 
 
 # --- decoding --------------------------------------------------------------------------------

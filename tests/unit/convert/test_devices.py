@@ -63,6 +63,13 @@ def test_a_filesystem_without_virtiofs_or_volume_is_refused():
     assert fields(t.problems) == [f"{D}.filesystems[0]", f"{D}.filesystems[1].name"]
 
 
+def test_a_filesystem_name_that_would_leave_the_socket_directory_is_refused():
+    t = run({"filesystems": [{"name": "../x", "virtiofs": {}}]},
+            volumes=[{"name": "../x", "persistentVolumeClaim": {"claimName": "c"}}])
+    assert fields(t.problems) == [f"{D}.filesystems[0].name"]
+    assert t.config.fs is None and t.steps == []
+
+
 GPU = {"gpus": [{"name": "gpu1", "deviceName": "nvidia.com/GP102GL_Tesla_P40"}]}
 
 

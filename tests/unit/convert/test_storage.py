@@ -259,11 +259,21 @@ def test_a_disk_without_its_volume_is_reported_by_name() -> None:
     ({"name": "d", "cache": "unsafe"}, "spec.domain.devices.disks[0].cache"),
     ({"name": "d", "shareable": True, "cache": "writeback"}, "spec.domain.devices.disks[0].cache"),
     ({"name": "_d"}, "spec.domain.devices.disks[0].name"),
+    ({"name": "Root"}, "spec.domain.devices.disks[0].name"),
+    ({"name": "d" * 64}, "spec.domain.devices.disks[0].name"),
 ])
 def test_disk_settings_cloud_hypervisor_cannot_honour_are_reported_at_their_path(disk: dict[str, Any],
                                                                                  field: str) -> None:
     verdict = run(vmi(disks=[disk], volumes=[container_disk(disk["name"])]))
     assert field in fields(verdict.problems)
+
+
+@pytest.mark.parametrize("name", ["../../etc/x", "a/b"])
+def test_a_volume_name_that_would_leave_its_directory_is_refused_at_its_path(name: str) -> None:
+    # no disk listed: the disk KubeVirt's defaulting adds is reported at the volume
+    verdict = run(vmi(volumes=[{"name": name, "emptyDisk": {"capacity": "1Gi"}}]))
+    assert problem(verdict, "spec.volumes[0].name").reason == "FieldValueInvalid"
+    assert verdict.plan is None
 
 
 def test_a_sata_disk_as_kubevirt_defaults_it_runs_as_virtio_with_a_warning() -> None:
