@@ -420,7 +420,7 @@ def _host_disk(t: Translation, vpath: str, volume: Volume) -> _Image | None:
     assert hd is not None
     base = f"{vpath}.hostDisk"
     filename = posixpath.basename(hd.path.rstrip("/"))
-    if not filename:
+    if filename in ("", ".", ".."):
         t.unsupported(f"{base}.path", f"{base}.path '{hd.path}' must name a file", "FieldValueInvalid")
         return None
     # virt-controller mounts the host directory at vmi-disks/<vol>/ (host-disk.go GetMountedHostDiskPath).

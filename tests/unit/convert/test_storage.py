@@ -140,6 +140,12 @@ def test_a_host_disk_to_create_needs_a_capacity() -> None:
     assert problem(run(body), "spec.volumes[0].hostDisk.capacity").reason == "FieldValueRequired"
 
 
+@pytest.mark.parametrize("path", ["/", "/data/..", "/data/."])
+def test_a_host_disk_path_that_names_no_file_is_invalid(path: str) -> None:
+    body = vmi(disks=[virtio("h")], volumes=[{"name": "h", "hostDisk": {"path": path, "type": "Disk"}}])
+    assert problem(run(body), "spec.volumes[0].hostDisk.path").reason == "FieldValueInvalid"
+
+
 def test_an_empty_disk_is_a_sparse_raw_image_in_the_ephemeral_disk_dir() -> None:
     disk, made, _ = one(vmi(disks=[virtio("scratch")], volumes=[{"name": "scratch", "emptyDisk": {"capacity": "2G"}}]))
     assert disk == {"id": "scratch", "path": "/e/empty-disks/scratch.img", "image_type": "Raw"}
