@@ -9,11 +9,11 @@ from collections.abc import Callable
 
 import pytest
 
-from ch_launcher.ch.api import CloudHypervisorClient, InvalidRequest, VmmUnavailable, error_for
+from ch_launcher.ch.api import CloudHypervisorClient, InvalidRequest, VmmUnavailable, VmNotCreated, error_for
 from tests.contract.harness import FAKE, Vmm, raw_request, read_response
 
 
-def _get(path: str, endpoint: str) -> bytes:
+def _get(endpoint: str) -> bytes:
     return f"GET /api/v1/{endpoint} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()
 
 
@@ -35,7 +35,7 @@ def _split(raw: bytes) -> tuple[str, dict[str, str], bytes]:
 
 
 def test_status_line_has_an_empty_reason_phrase_and_the_cloud_hypervisor_headers(vmm: Vmm) -> None:
-    status, headers, body = _split(raw_request(vmm.api_socket, _get(vmm.api_socket, "vmm.ping")))
+    status, headers, body = _split(raw_request(vmm.api_socket, _get("vmm.ping")))
     assert status == "HTTP/1.1 200 "
     assert headers["server"] == "Cloud Hypervisor API"
     assert headers["connection"] == "keep-alive"
@@ -60,7 +60,7 @@ def test_vmm_shutdown_answers_200_with_an_empty_body(vmm: Vmm) -> None:
 
 
 def test_unknown_path_is_404_not_found(vmm: Vmm) -> None:
-    status, _, body = _split(raw_request(vmm.api_socket, _get(vmm.api_socket, "vm.nonsense")))
+    status, _, body = _split(raw_request(vmm.api_socket, _get("vm.nonsense")))
     assert status == "HTTP/1.1 404 "
     assert json.loads(body) == ["Not Found"]
 
@@ -117,7 +117,7 @@ def test_the_eleventh_connection_gets_the_fixed_503(vmm: Vmm) -> None:
             s.connect(vmm.api_socket)
             held.append(s)
         # Make sure the server has accepted all ten before the eleventh arrives.
-        held[-1].sendall(_get(vmm.api_socket, "vmm.ping"))
+        held[-1].sendall(_get("vmm.ping"))
         held[-1].settimeout(5)
         assert read_response(held[-1]).startswith(b"HTTP/1.1 200")
         # The server writes the 503 and closes as soon as it accepts: read without sending.
@@ -173,7 +173,7 @@ def test_chunked_bodies_are_not_read_so_the_client_always_sends_content_length(s
     )  # fmt: skip
     status, _, payload = _split(raw_request(vmm.api_socket, req))
     assert status == "HTTP/1.1 400 "  # seen as a create without a body
-    with pytest.raises(Exception):
+    with pytest.raises(VmNotCreated):
         vmm.client.info()  # nothing was created
     vmm.client.create(vmm.config())  # the client's own request carries Content-Length
     assert vmm.client.info().state == "Created"
@@ -189,6 +189,6 @@ def test_chunked_bodies_are_not_read_so_the_client_always_sends_content_length(s
 )
 def test_error_body_format_follows_the_vmm_version(start: Callable[..., Vmm], version: str, expected: bytes) -> None:
     vmm = start(FAKE, version=version)
-    status, _, body = _split(raw_request(vmm.api_socket, _get(vmm.api_socket, "vm.info")))
+    status, _, body = _split(raw_request(vmm.api_socket, _get("vm.info")))
     assert status == ("HTTP/1.1 404 " if version.startswith("53") else "HTTP/1.1 500 ")
     assert body == expected

@@ -235,14 +235,25 @@ def test_a_hung_answer_times_out_with_the_endpoint_and_seconds(serve: Callable[.
 
 
 def test_a_second_caller_waiting_behind_a_hung_call_gives_up_after_its_timeout(serve: Callable[..., str]) -> None:
-    path = serve(lambda req: "hang")
-    first = CloudHypervisorClient(path, timeout=2.0)
+    received, release = threading.Event(), threading.Event()
+
+    def respond(req: bytes) -> None:
+        received.set()  # the first call now holds the per-socket lock
+        release.wait(30)
+        return None  # then close without answering
+
+    path = serve(respond)
+    first = CloudHypervisorClient(path, timeout=30.0)
     t = threading.Thread(target=lambda: pytest.raises(VmmUnavailable, first.info), daemon=True)
     t.start()
-    time.sleep(0.2)
-    with pytest.raises(VmmUnavailable, match="still in progress after 0.2 s"):
-        CloudHypervisorClient(path).ping(timeout=0.2)  # another client of the same socket
-    t.join(5)
+    assert received.wait(30)
+    try:
+        with pytest.raises(VmmUnavailable, match="still in progress after 0.2 s"):
+            CloudHypervisorClient(path).ping(timeout=0.2)  # another client of the same socket
+    finally:
+        release.set()
+    t.join(30)
+    assert not t.is_alive()
 
 
 def test_bodyless_puts_send_content_length_zero_and_bodies_send_their_length(serve: Callable[..., str]) -> None:
