@@ -92,7 +92,7 @@ def _configure_kernel_boot(t: Translation) -> bool:
     ok = True
     for name in ("kernelPath", "initrdPath"):
         value = getattr(container, name)
-        if value and not posixpath.basename(value):
+        if value and posixpath.basename(value) in ("", ".", ".."):
             path = f"{base}.container.{name}"
             t.unsupported(path, f"{path} '{value}' must name a file", "FieldValueInvalid")
             ok = False

@@ -77,8 +77,9 @@ def test_an_initrd_without_a_kernel_is_refused() -> None:
     assert problem(run(body), "spec.domain.firmware.kernelBoot.container.kernelPath").reason == "FieldValueRequired"
 
 
-def test_a_kernel_path_that_names_a_directory_is_invalid() -> None:
-    body = vmi({"firmware": {"kernelBoot": {"container": {"image": "k", "kernelPath": "/boot/"}}}})
+@pytest.mark.parametrize("kernel", ["/boot/", "/boot/..", "."])
+def test_a_kernel_path_that_names_a_directory_is_invalid(kernel: str) -> None:
+    body = vmi({"firmware": {"kernelBoot": {"container": {"image": "k", "kernelPath": kernel}}}})
     assert problem(run(body), "spec.domain.firmware.kernelBoot.container.kernelPath").reason == "FieldValueInvalid"
 
 
