@@ -159,7 +159,7 @@ def env_seconds(name: str, default: float | None, allow_never: bool = False) -> 
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value >= 0:
+    if not 0 <= value < 1e9:  # also refuses nan and inf (time.sleep(inf) would crash)
         fail_start(f"{name}={text!r} is not a number of seconds" + (" or 'never'" if allow_never else ""), 2)
     return value
 
