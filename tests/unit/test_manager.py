@@ -66,7 +66,7 @@ def test_a_boot_longer_than_the_budget_answers_and_its_failure_comes_with_the_ne
             assert done == "still starting the VM in the background"
             with pytest.raises(CommandFailed, match="busy with SyncVMI"):
                 await manager.execute(Intent.PAUSE, vmi, budget=0.2)
-            await manager.wait_until(lambda: manager._start_error is not None, 10)
+            assert await manager.wait_until(lambda: manager._start_error is not None, 10)
             with pytest.raises(CommandFailed, match="booting the VM failed"):
                 await manager.execute(Intent.SYNC, vmi, budget=5)
             assert manager.domain_json == "" and sink.domains == []
