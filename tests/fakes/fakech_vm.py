@@ -622,8 +622,10 @@ class Vmm:
             raise self.fail("vm.restore", "VM is already created")
         url = body.get("source_url", "") if isinstance(body, dict) else ""
         directory = checks.file_url_dir(url)
+        if directory is None:  # never a path relative to wherever the VMM runs
+            raise self.fail("vm.restore", "Cannot restore VM", f"Invalid source URL {url!r}")
         try:
-            with open(os.path.join(directory or "", "config.json")) as f:
+            with open(os.path.join(directory, "config.json")) as f:
                 config = json.load(f)
         except (OSError, ValueError) as exc:
             raise self.fail("vm.restore", "Cannot restore VM", f"Could not read the snapshot: {exc}") from None
