@@ -330,6 +330,7 @@ class CloudHypervisorClient:
         return self._model(PciDeviceInfo, endpoint, status, content)
 
     def close(self) -> None:
+        """Drops pooled connections (each call already closes its own). The client stays usable."""
         self._session.close()
 
     def __enter__(self) -> CloudHypervisorClient:
@@ -362,6 +363,7 @@ class CloudHypervisorClient:
         self._put("vm.boot", None, timeout)
 
     def info(self, *, timeout: float | None = None) -> VmInfo:
+        """`GET vm.info`: state and stored config; `VmNotCreated` before `vm.create`."""
         status, content = self._call("GET", "vm.info", None, timeout)
         return self._model(VmInfo, "vm.info", status, content)
 
