@@ -4,8 +4,8 @@ virt-launcher runs one single-client DHCPv4 server per masquerade or bridge inte
 in-pod bridge (`pkg/network/dhcp/server/server.go@d923fdb815cd`). This does the same for every
 `Plan.dhcp` entry with one socket: the ingress interface of each request (IP_PKTINFO) picks the
 lease, and only the guest's MAC is answered. DISCOVER gets an OFFER, REQUEST an ACK (a NAK when
-the client asks for another address or names the address of another server, so it starts
-over), everything else is ignored, as upstream does. Replies go out of the bridge the request
+the client asks for another address, so it starts over; no answer when it names another
+server, whose offer it took), everything else is ignored, as upstream does. Replies go out of the bridge the request
 came in on, broadcast unless a masquerade guest that already has its address asks by unicast
 (a bridge-binding guest shares its address with the pod, so unicast would stay in the pod).
 
