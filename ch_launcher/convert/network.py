@@ -39,7 +39,6 @@ from ch_launcher.kubevirt.domain import DomainInterface
 from ch_launcher.kubevirt.vmi import DHCPOptions, Interface, Network
 
 MAX_QUEUE_PAIRS = 256  # converter/network/virtio-queues.go: MultiQueueMaxQueues
-MIN_MTU = 1280  # Cloud Hypervisor refuses a smaller NetConfig.mtu
 SRIOV_ALIAS_PREFIX = "sriov-"  # pkg/network/deviceinfo/sriov.go
 REMOVED_BINDINGS = ("slirp", "macvtap", "passt")
 
@@ -194,8 +193,8 @@ def _mtu(t: Translation, path: str, pod: _Pod, *links: str) -> int | None:
     for link in links:
         if link in pod.mtu:
             mtu = pod.mtu[link]
-            if mtu < MIN_MTU:
-                t.unsupported(path, f"{path}: the pod link {link} has MTU {mtu}, below the {MIN_MTU} "
+            if mtu < podnet.MIN_MTU:
+                t.unsupported(path, f"{path}: the pod link {link} has MTU {mtu}, below the {podnet.MIN_MTU} "
                               f"Cloud Hypervisor accepts", "FieldValueInvalid")
                 return None
             return mtu

@@ -61,7 +61,8 @@ def vhost_user_interface(t: Translation, path: str, iface: Interface, info: Devi
         except ValueError:
             mac = ""
     mac = mac or podnet.derived_mac(t.vmi.metadata.uid, iface.name)
-    mtu = info.mtu if info is not None and info.mtu is not None and info.mtu >= 1280 else None
+    # a device-info MTU Cloud Hypervisor would refuse is left out: the backend's default applies
+    mtu = info.mtu if info is not None and info.mtu is not None and info.mtu >= podnet.MIN_MTU else None
 
     t.config.net = [*(t.config.net or []),
                     NetConfig(id=iface.name, vhost_user=True, vhost_socket=socket, vhost_mode=mode,
