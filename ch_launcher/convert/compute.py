@@ -25,7 +25,6 @@ from typing import Any
 
 from ch_launcher.ch.vmconfig import CpuAffinity, CpusConfig, CpuTopology, PlatformConfig
 from ch_launcher.convert.context import Translation
-from ch_launcher.kubevirt.quantity import parse_quantity
 
 # x86_64 KVM limit of Cloud Hypervisor (`vmm/src/config.rs@v53.0`: max_vcpus <= 8192).
 MAX_VCPUS = 8192
@@ -40,19 +39,6 @@ def platform(t: Translation) -> PlatformConfig:
     if t.config.platform is None:
         t.config.platform = PlatformConfig()
     return t.config.platform
-
-
-def _cpu_quantity(t: Translation, path: str, value: Any) -> Decimal | None:
-    """A CPU request or limit as a number of CPUs; None after reporting an invalid one."""
-    try:
-        n = parse_quantity(value)
-    except ValueError as e:
-        t.unsupported(path, f"{path} '{value}' is not a valid quantity: {e}", "FieldValueInvalid")
-        return None
-    if n < 0:
-        t.unsupported(path, f"{path} '{value}': must be greater than or equal to 0.", "FieldValueInvalid")
-        return None
-    return n
 
 
 def vcpu_topology(t: Translation) -> tuple[int, int, int, int] | None:
@@ -75,7 +61,7 @@ def vcpu_topology(t: Translation) -> tuple[int, int, int, int] | None:
     for kind, given in (("limits", resources.limits), ("requests", resources.requests)):
         if "cpu" in given:
             path = f"spec.domain.resources.{kind}.cpu"
-            n = _cpu_quantity(t, path, given["cpu"])
+            n = t.quantity(path, given["cpu"])
             if n is None:
                 ok = False
             else:

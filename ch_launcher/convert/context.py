@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from ch_launcher.ch.vmconfig import VmConfig
 from ch_launcher.convert.errors import Degradation, Reason, UnsupportedFeature, UnsupportedFeatures
 from ch_launcher.convert.plan import DhcpSpec, Step
 from ch_launcher.kubevirt.domain import DomainDisk, DomainInterface
-from ch_launcher.kubevirt.vmi import VirtualMachineInstance
+from ch_launcher.kubevirt.quantity import parse_quantity
+from ch_launcher.kubevirt.vmi import Quantity, VirtualMachineInstance
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,20 @@ class Translation:
 
     def unsupported(self, field_path: str, message: str, reason: Reason = "FieldValueNotSupported") -> None:
         self.problems.append(UnsupportedFeature(field_path, message, reason))
+
+    def quantity(self, field_path: str, value: Quantity) -> Decimal | None:
+        """`value` as an exact number, or None after reporting it as invalid: not a quantity, or
+        less than 0."""
+        try:
+            n = parse_quantity(value)
+        except ValueError as e:
+            self.unsupported(field_path, f"{field_path} '{value}' is not a valid quantity: {e}", "FieldValueInvalid")
+            return None
+        if n < 0:
+            self.unsupported(field_path, f"{field_path} '{value}': must be greater than or equal to 0.",
+                             "FieldValueInvalid")
+            return None
+        return n
 
     def warn(self, field_path: str, message: str) -> None:
         self.warnings.append(Degradation(field_path, message))

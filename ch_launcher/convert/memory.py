@@ -77,19 +77,8 @@ def guest_memory(t: Translation) -> tuple[str, int] | None:
     n = _bytes(t, path, value)
     for other, value in given[1:]:
         if other.startswith("spec.domain.resources."):
-            _non_negative(t, other, value)
+            t.quantity(other, value)
     return None if n is None else (path, n)
-
-
-def _non_negative(t: Translation, path: str, value: Quantity) -> None:
-    """Report a quantity that does not parse or is negative."""
-    try:
-        n = quantity_bytes(value)
-    except ValueError as e:
-        t.unsupported(path, f"{path} '{value}' is not a valid quantity: {e}", "FieldValueInvalid")
-        return
-    if n < 0:
-        t.unsupported(path, f"{path} '{value}': must be greater than or equal to 0.", "FieldValueInvalid")
 
 
 def configure_memory(t: Translation) -> None:
@@ -112,7 +101,7 @@ def configure_memory(t: Translation) -> None:
         _hotplug(t, config, size, max(page, VIRTIO_MEM_BLOCK) if page else VIRTIO_MEM_BLOCK)
     if mem is not None and mem.reservedOverhead is not None and mem.reservedOverhead.addedOverhead is not None:
         # read by the admission webhook's overhead calculator
-        _non_negative(t, "spec.domain.memory.reservedOverhead.addedOverhead", mem.reservedOverhead.addedOverhead)
+        t.quantity("spec.domain.memory.reservedOverhead.addedOverhead", mem.reservedOverhead.addedOverhead)
     if mem is not None and mem.reservedOverhead is not None and mem.reservedOverhead.memLock == "Required":
         # virt-handler raises memlock through a virtqemud/QEMU child and fails without one
         # (contract.md §7.7, pkg/hypervisor/kvm/runtime.go@d923fdb815cd AdjustResources).
