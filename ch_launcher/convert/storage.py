@@ -17,6 +17,8 @@ virt-handler's mounts and the files it prepares are where the launcher looks
 | configMap / secret / downwardAPI | ISO `<private-dir>/{config-map,secret,downwardapi}-disks/<vol>.iso` of `<private-dir>/{config-map,secret,downwardapi}/<vol>/` | pkg/config/ |
 | serviceAccount | ISO `<private-dir>/service-account-disk/service-account.iso` of `/var/run/secrets/kubernetes.io/serviceaccount` | pkg/config/service-account.go |
 
+What goes into a cloud-init ISO is decided in `cloudinit`.
+
 Deviations, each for a reason: KubeVirt keeps emptyDisks as qcow2 in libvirt's runtime dir
 (`/var/run/libvirt/empty-disks/`); there is no libvirt here, so they live in the ephemeral-disks
 emptyDir (same pod lifetime) as sparse raw files, which Cloud Hypervisor serves without a
@@ -38,22 +40,23 @@ vda, vdb, ... in that order, as the Domain view says.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
 from ch_launcher.ch.vmconfig import DiskConfig, ImageType
+from ch_launcher.convert.cloudinit import (
+    CLOUD_INIT_KINDS, access_credentials, cloud_init_step, first_cloud_init_volume,
+)
 from ch_launcher.convert.context import Translation
 from ch_launcher.convert.plan import (
-    BuildCloudInitIso, BuildIso, CreateOverlay, CreateSparseImage, RequireFile, Step,
+    BuildIso, CreateOverlay, CreateSparseImage, RequireFile, Step,
 )
 from ch_launcher.kubevirt.domain import DomainDisk
 from ch_launcher.kubevirt.quantity import MiB, quantity_bytes
 from ch_launcher.kubevirt.vmi import (
-    DNS1123_LABEL_RULE, CloudInitSource, Disk, Volume, VolumeStatus, is_dns1123_label,
+    DNS1123_LABEL_RULE, Disk, Volume, VolumeStatus, is_dns1123_label,
 )
 
 MAX_IMAGE_BYTES = 2**63 - 2**20  # the largest file size (off_t), in whole MiB
@@ -62,10 +65,8 @@ MAX_SERIAL_BYTES = 20  # VIRTIO_BLK_ID_BYTES; Cloud Hypervisor refuses longer (v
 LESS_PVC_SPACE_TOLERATION = 10
 MINIMUM_PVC_RESERVE_BYTES = 131072
 BLOCK_DEVICE_DIR = "/dev"  # where kubelet puts a pod's volumeDevices (KubeVirt renders /dev/<vol>)
-INSTANCETYPE_ANNOTATIONS = ("kubevirt.io/cluster-instancetype-name", "kubevirt.io/instancetype-name")
 CONFIG_ISO_DEFAULT_LABEL = "cfgdata"  # pkg/config/config.go defaultCreateIsoImage
 ISO_MAX_LABEL = 32  # the ISO 9660 volume identifier field (ECMA-119 8.4.6)
-CLOUD_INIT_KINDS = ("cloudInitNoCloud", "cloudInitConfigDrive")
 
 
 @dataclass
@@ -104,8 +105,8 @@ def configure_storage(t: Translation) -> None:
                           "FieldValueInvalid")
             continue
         volumes[volume.name] = (i, volume)
-    cloud_init = _cloud_init_volume(t)
-    ssh_key_dirs = _access_credentials(t, cloud_init)
+    cloud_init = first_cloud_init_volume(t)
+    ssh_key_dirs = access_credentials(t, cloud_init)
 
     entries = _disk_entries(t, volumes)
     translated: list[tuple[int | None, int, DiskConfig, DomainDisk]] = []
@@ -311,7 +312,8 @@ def _volume(t: Translation, vi: int, volume: Volume, cloud_init: str | None,
             t.unsupported(f"{vpath}.{kind}", f"{vpath}.{kind}: only one cloud-init volume is supported; KubeVirt "
                           "reads the first one only", "FieldValueInvalid")
             return None
-        return _cloud_init(t, vi, volume, kind, ssh_key_dirs)
+        step = cloud_init_step(t, vi, volume, kind, ssh_key_dirs)
+        return None if step is None else _Image(step.path, "Raw", readonly=True, steps=[step])
     if kind in ("configMap", "secret", "downwardAPI", "serviceAccount"):
         return _config_iso(t, vpath, volume, kind)
     if kind in ("downwardMetrics", "memoryDump", "sysprep"):
@@ -463,111 +465,4 @@ def _config_iso(t: Translation, vpath: str, volume: Volume, kind: str) -> _Image
             return None
     step = BuildIso(field=f"{vpath}.{kind}", path=iso, volume_label=label or CONFIG_ISO_DEFAULT_LABEL,
                     files=(), source_dir=source)
-    return _Image(iso, "Raw", readonly=True, steps=[step])
-
-
-# --- cloud-init and access credentials ------------------------------------------------------
-
-
-def _cloud_init_volume(t: Translation) -> str | None:
-    """The name of the first cloud-init volume: the one KubeVirt reads
-    (cloudinit.ReadCloudInitVolumeDataSource)."""
-    for volume in t.vmi.spec.volumes:
-        if volume.source_kind in CLOUD_INIT_KINDS:
-            return volume.name
-    return None
-
-
-def _access_credentials(t: Translation, cloud_init: str | None) -> tuple[str, ...]:
-    """Check `spec.accessCredentials`; return the directories holding the SSH keys to put in the
-    cloud-init metadata (`<private-dir>/secret/<secret>-access-cred`, as KubeVirt mounts them)."""
-    kinds = {v.name: v.source_kind for v in t.vmi.spec.volumes}
-    dirs: list[str] = []
-    for i, cred in enumerate(t.vmi.spec.accessCredentials):
-        base = f"spec.accessCredentials[{i}]"
-        if "userPassword" in cred:
-            t.unsupported(f"{base}.userPassword", f"{base}.userPassword is not supported by Cloud Hypervisor: "
-                          "passwords are set by the QEMU guest agent, which it has no channel for")
-            continue
-        ssh = cred.get("sshPublicKey")
-        if not isinstance(ssh, dict):
-            t.unsupported(base, f"{base} must set sshPublicKey or userPassword", "FieldValueRequired")
-            continue
-        method = ssh.get("propagationMethod")
-        method = method if isinstance(method, dict) else {}
-        source = ssh.get("source")
-        secret = source.get("secret") if isinstance(source, dict) else None
-        secret_name = secret.get("secretName") if isinstance(secret, dict) else None
-        mpath = f"{base}.sshPublicKey.propagationMethod"
-        if "qemuGuestAgent" in method:
-            t.unsupported(f"{mpath}.qemuGuestAgent", f"{mpath}.qemuGuestAgent is not supported by Cloud "
-                          "Hypervisor: it has no channel for the QEMU guest agent; use noCloud or configDrive")
-            continue
-        wanted = "cloudInitNoCloud" if "noCloud" in method else "cloudInitConfigDrive" if "configDrive" in method else ""
-        if not wanted:
-            t.unsupported(mpath, f"{mpath} must set noCloud, configDrive or qemuGuestAgent", "FieldValueRequired")
-            continue
-        if cloud_init is None or kinds.get(cloud_init) != wanted:
-            t.unsupported(mpath, f"{mpath}: propagation through {'noCloud' if 'noCloud' in method else 'configDrive'} "
-                          f"needs a {wanted} volume", "FieldValueInvalid")
-            continue
-        if not isinstance(secret_name, str) or not secret_name:
-            t.unsupported(f"{base}.sshPublicKey.source.secret.secretName",
-                          f"{base}.sshPublicKey.source.secret.secretName is required", "FieldValueRequired")
-            continue
-        dirs.append(f"{t.env.private_dir}/secret/{secret_name}-access-cred")
-    return tuple(dirs)
-
-
-def _decode(t: Translation, path: str, raw: str | None, b64: str | None) -> tuple[bytes | None, bool]:
-    """KubeVirt's readRawOrBase64Data: raw text first, else base64. Returns (data, ok)."""
-    if raw:
-        return raw.encode(), True
-    if b64:
-        try:
-            return base64.b64decode(b64, validate=True), True
-        except (binascii.Error, ValueError) as e:
-            t.unsupported(path, f"{path} is not valid base64: {e}", "FieldValueInvalid")
-            return None, False
-    return None, True
-
-
-def _cloud_init(t: Translation, vi: int, volume: Volume, kind: str, ssh_key_dirs: tuple[str, ...]) -> _Image | None:
-    source: CloudInitSource = getattr(volume, kind)
-    base = f"spec.volumes[{vi}].{kind}"
-    user, ok1 = _decode(t, f"{base}.userDataBase64", source.userData, source.userDataBase64)
-    network, ok2 = _decode(t, f"{base}.networkDataBase64", source.networkData, source.networkDataBase64)
-    if not (ok1 and ok2):
-        return None
-    secret_dir = f"{t.env.private_dir}/secret/{volume.name}"
-    user_sources = (f"{secret_dir}/userdata", f"{secret_dir}/userData") if source.secretRef else ()
-    network_sources = (f"{secret_dir}/networkdata", f"{secret_dir}/networkData") if source.networkDataSecretRef else ()
-    if user is None and network is None and not user_sources and not network_sources:
-        t.unsupported(base, f"{base}: userDataBase64, userData, networkDataBase64 or networkData is required for "
-                      "a cloud-init data source", "FieldValueRequired")
-        return None
-    vmi = t.vmi
-    firmware = vmi.spec.domain.firmware
-    # KubeVirt uses spec.domain.firmware.uuid, which its mutating webhook always sets; without
-    # one, the VMI's uid (stable across launcher restarts) rather than a random UUID.
-    instance_uuid = (firmware.uuid if firmware and firmware.uuid else "") or vmi.metadata.uid
-    hostname = vmi.spec.hostname or vmi.metadata.name.split(".")[0][:63]  # dns.SanitizeHostname
-    instance_type = next((vmi.metadata.annotations[a] for a in INSTANCETYPE_ANNOTATIONS
-                          if vmi.metadata.annotations.get(a)), "")
-    meta: list[tuple[str, str]] = []
-    if kind == "cloudInitNoCloud":
-        if instance_type:
-            meta.append(("instance-type", instance_type))
-        meta += [("instance-id", instance_uuid), ("local-hostname", hostname)]
-        data_source, file = "noCloud", "noCloud.iso"
-    else:
-        if instance_type:
-            meta.append(("instance_type", instance_type))
-        meta += [("instance_id", f"{vmi.metadata.name}.{vmi.metadata.namespace}"), ("hostname", hostname),
-                 ("uuid", instance_uuid)]
-        data_source, file = "configDrive", "configdrive.iso"
-    iso = f"{t.env.ephemeral_disk_dir}/cloud-init-data/{vmi.metadata.namespace}/{vmi.metadata.name}/{file}"
-    step = BuildCloudInitIso(field=base, path=iso, data_source=data_source, meta_data=tuple(meta),
-                             user_data=user, user_data_sources=user_sources, network_data=network,
-                             network_data_sources=network_sources, ssh_key_dirs=ssh_key_dirs)
     return _Image(iso, "Raw", readonly=True, steps=[step])
