@@ -651,6 +651,8 @@ def parse_vmi(payload: bytes | str | dict[str, Any], *, prefix: str = "") -> Vir
             data = json.loads(payload)
         except (ValueError, UnicodeDecodeError) as e:
             raise InvalidVMI(f"the VMI is not valid JSON: {e}") from None
+        except RecursionError:
+            raise InvalidVMI("the VMI is not valid JSON: it is nested too deeply") from None
     if not isinstance(data, dict):
         raise InvalidVMI(f"the VMI must be a JSON object, got {type(data).__name__}")
     try:
