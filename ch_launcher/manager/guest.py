@@ -18,6 +18,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def serial_log_enabled(vmi: VirtualMachineInstance, options: LauncherOptions | None) -> bool:
+    """Whether the guest's serial output goes to `virt-serial0-log`: the VMI's
+    `devices.logSerialConsole` when set, else the cluster's (not `SerialConsoleLogDisabled`),
+    as kubevirt pkg/virt-launcher/virtwrap/manager.go@d923fdb815cd `isSerialConsoleLogEnabled`."""
+    per_vmi = vmi.spec.domain.devices.logSerialConsole
+    if per_vmi is not None:
+        return per_vmi
+    return not (options is not None and options.serial_console_log_disabled)
+
+
 class GuestServices:
     """Console bridge (`<private-dir>/<uid>/virt-serial0`, log `virt-serial0-log`) and DHCP."""
 
@@ -36,8 +46,7 @@ class GuestServices:
         if self._console is not None or not plan.serial_socket:
             return
         socket, log_file = console_paths(self.settings.private_dir, vmi.metadata.uid)
-        keep_log = not (options is not None and options.serial_console_log_disabled)
-        console = SerialConsole(plan.serial_socket, socket, log_file if keep_log else None)
+        console = SerialConsole(plan.serial_socket, socket, log_file if serial_log_enabled(vmi, options) else None)
         try:
             await console.start()
         except ConsoleError as e:

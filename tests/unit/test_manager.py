@@ -160,3 +160,16 @@ def test_pod_facts_fall_back_to_the_process_affinity(tmp_path):
     facts = read_pod_facts({}, sys_root=str(tmp_path))
     assert facts.cpuset == tuple(sorted(os.sched_getaffinity(0)))
     assert facts.link_mtu == {}
+
+
+@pytest.mark.parametrize("per_vmi,cluster_disabled,logged", [
+    (None, False, True), (None, True, False), (True, True, True), (False, False, False)])
+def test_the_serial_log_follows_the_vmi_then_the_cluster_setting(per_vmi, cluster_disabled, logged):
+    from ch_launcher.convert import LauncherOptions
+    from ch_launcher.manager.guest import serial_log_enabled
+
+    raw = make_vmi()
+    if per_vmi is not None:
+        raw["spec"]["domain"]["devices"]["logSerialConsole"] = per_vmi
+    options = LauncherOptions(serial_console_log_disabled=cluster_disabled)
+    assert serial_log_enabled(parse_vmi(raw), options) is logged
