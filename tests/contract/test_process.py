@@ -89,11 +89,11 @@ def test_vmm_dying_during_startup_is_reported_with_its_exit_code_and_log(start: 
     vmm = start(FAKE, env={"FAKE_CH_EXIT_AT_START": "3"}, wait=False)
     t0 = time.monotonic()
     with pytest.raises(VmmStartError) as info:
-        vmm.proc.wait_ready(10.0)
+        vmm.proc.wait_ready(60.0)
     message = str(info.value)
     assert "exited with code 3 during start-up" in message
     assert "FAKE_CH_EXIT_AT_START=3" in message  # the tail of its log (stderr) is included
-    assert time.monotonic() - t0 < 5.0  # noticed from the exit, not from the timeout
+    assert time.monotonic() - t0 < 30.0  # noticed from the exit, not from the 60 s timeout
 
 
 def test_vmm_killed_during_startup_is_reported_with_the_signal(start: Callable[..., Vmm]) -> None:
