@@ -86,18 +86,27 @@ def _status_value(text: str | None, key: str) -> str | None:
     return None
 
 
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """Linux's CPU list format (`cpuset.cpus`, `Cpus_allowed_list`): "0-3,8,10-11" ->
+    (0, 1, 2, 3, 8, 10, 11). Raises ValueError on anything else."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        first, last = int(lo), int(hi or lo)
+        if last < first:
+            raise ValueError(f"bad CPU range {part!r}")
+        cpus.update(range(first, last + 1))
+    return tuple(sorted(cpus))
+
+
 def _cpu_list(spec: str | None, width: int) -> list[bool] | None:
     """`0-3,8` -> a bool per host CPU; None when unparsable."""
     if spec is None:
         return None
-    cpus: set[int] = set()
     try:
-        for part in spec.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            lo, _, hi = part.partition("-")
-            cpus.update(range(int(lo), int(hi or lo) + 1))
+        cpus = set(parse_cpu_list(spec))
     except ValueError:
         return None
     size = max([width, *(c + 1 for c in cpus)])

@@ -22,8 +22,8 @@ serving; the next Sync of a VMI that is not yet Running starts a new VMM.
 """
 
 from ch_launcher.manager.core import DomainManager
-from ch_launcher.manager.pod import parse_cpu_list, read_pod_facts, release_memory
+from ch_launcher.manager.pod import read_pod_facts, release_memory
 from ch_launcher.manager.settings import HEAVY_MODULES, CommandFailed, EventSink, ManagerSettings, preload
 
-__all__ = ["HEAVY_MODULES", "CommandFailed", "DomainManager", "EventSink", "ManagerSettings", "parse_cpu_list",
-           "preload", "read_pod_facts", "release_memory"]
+__all__ = ["HEAVY_MODULES", "CommandFailed", "DomainManager", "EventSink", "ManagerSettings", "preload",
+           "read_pod_facts", "release_memory"]

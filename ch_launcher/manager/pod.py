@@ -29,6 +29,7 @@ def read_pod_facts(environ: Mapping[str, str] | None = None, sys_root: str = "/s
     can be moved with env CH_NETWORK_INFO, for tests)."""
     from ch_launcher.convert import PodFacts
     from ch_launcher.convert.netinfo import NETWORK_INFO_PATH
+    from ch_launcher.stats import parse_cpu_list
 
     cpuset: tuple[int, ...] = ()
     for path in (f"{sys_root}/fs/cgroup/cpuset.cpus.effective", f"{sys_root}/fs/cgroup/cpuset/cpuset.cpus"):
@@ -54,17 +55,3 @@ def read_pod_facts(environ: Mapping[str, str] | None = None, sys_root: str = "/s
     with contextlib.suppress(OSError), open(pod_env.get("CH_NETWORK_INFO", NETWORK_INFO_PATH), errors="replace") as f:
         network_info = f.read()
     return PodFacts(environ=pod_env, cpuset=cpuset, link_mtu=mtus, link_mac=macs, network_info=network_info)
-
-
-def parse_cpu_list(text: str) -> tuple[int, ...]:
-    """"0-3,8,10-11" -> (0, 1, 2, 3, 8, 10, 11). Raises ValueError on anything else."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        first, last = int(lo), int(hi or lo)
-        if last < first:
-            raise ValueError(f"bad CPU range {part!r}")
-        cpus.update(range(first, last + 1))
-    return tuple(sorted(cpus))

@@ -14,7 +14,7 @@ import pytest
 from ch_launcher.demo import FAKE_CH, LauncherLayout, container_disk_images, fake_firmware
 from ch_launcher.kubevirt.vmi import parse_vmi
 from ch_launcher.lifecycle import Intent, VmState
-from ch_launcher.manager import CommandFailed, DomainManager, ManagerSettings, parse_cpu_list, read_pod_facts
+from ch_launcher.manager import CommandFailed, DomainManager, ManagerSettings, read_pod_facts
 from tests.functional.harness import make_vmi
 
 
@@ -131,17 +131,6 @@ def test_a_vmi_without_identity_takes_the_launchers_flags(layout):
             await manager.close()
 
     asyncio.run(story())
-
-
-@pytest.mark.parametrize("text,cpus", [("0-3", (0, 1, 2, 3)), ("0,2,4-5\n", (0, 2, 4, 5)), ("7", (7,)), ("", ())])
-def test_cpu_lists(text, cpus):
-    assert parse_cpu_list(text) == cpus
-
-
-@pytest.mark.parametrize("text", ["3-1", "a", "1-b"])
-def test_bad_cpu_lists_are_refused(text):
-    with pytest.raises(ValueError):
-        parse_cpu_list(text)
 
 
 def test_pod_facts_come_from_the_cgroup_cpuset_and_link_mtus(tmp_path):

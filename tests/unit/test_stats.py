@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ch_launcher.kubevirt.domain import DomainDisk, DomainInterface
-from ch_launcher.stats import domain_stats
+from ch_launcher.stats import domain_stats, parse_cpu_list
 from tests.conftest import DOMAIN_EXAMPLES, require_shared
 
 TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
@@ -211,3 +211,14 @@ def test_stats_of_the_real_current_process(vcpu_thread: int) -> None:
     assert s["CPUMapSet"] and len(s["CPUMap"][0]) >= (os.cpu_count() or 1)
     assert s["CPUMap"][0][next(iter(os.sched_getaffinity(0)))] is True
     json.dumps(s)  # serialisable as is
+
+
+@pytest.mark.parametrize("text,cpus", [("0-3", (0, 1, 2, 3)), ("0,2,4-5\n", (0, 2, 4, 5)), ("7", (7,)), ("", ())])
+def test_cpu_lists(text, cpus):
+    assert parse_cpu_list(text) == cpus
+
+
+@pytest.mark.parametrize("text", ["3-1", "a", "1-b"])
+def test_bad_cpu_lists_are_refused(text):
+    with pytest.raises(ValueError):
+        parse_cpu_list(text)
