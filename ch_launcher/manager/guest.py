@@ -59,6 +59,8 @@ class GuestServices:
         console = self._console
         if console is None:
             return
+        if self._attach is not None:
+            self._attach.cancel()  # a reboot during an attach: two would each keep a connection
 
         async def attach() -> None:
             try:
