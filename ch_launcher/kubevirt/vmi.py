@@ -284,15 +284,24 @@ class Interface(_Model):
     acpiIndex: int | None = None
     state: str = ""
 
+    BINDING_METHODS: ClassVar[tuple[str, ...]] = (
+        "bridge", "masquerade", "slirp", "sriov", "macvtap", "passt", "passtBinding",
+    )
+
+    @property
+    def binding_methods(self) -> list[str]:
+        """Every binding set: `bridge`, `masquerade`, `sriov`, ... or `plugin:<name>` (KubeVirt
+        requires exactly one)."""
+        found = [m for m in self.BINDING_METHODS if getattr(self, m) is not None]
+        if self.binding is not None:
+            found.append(f"plugin:{self.binding.name}")
+        return found
+
     @property
     def binding_method(self) -> str:
-        """`bridge`, `masquerade`, `sriov`, ... or `plugin:<name>`; `""` when none is set."""
-        for method in ("bridge", "masquerade", "slirp", "sriov", "macvtap", "passt", "passtBinding"):
-            if getattr(self, method) is not None:
-                return method
-        if self.binding is not None:
-            return f"plugin:{self.binding.name}"
-        return ""
+        """The first of `binding_methods`; `""` when none is set."""
+        methods = self.binding_methods
+        return methods[0] if methods else ""
 
 
 class Input(_Model):

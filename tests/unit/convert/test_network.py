@@ -162,10 +162,12 @@ def test_an_interface_without_a_network_is_refused():
     assert t.problems[0].reason == "FieldValueNotFound"
 
 
-def test_an_interface_without_a_binding_is_refused():
-    t = run(vmi([{"name": "default"}]))
+@pytest.mark.parametrize("bindings", [{}, {"masquerade": {}, "bridge": {}}, {"bridge": {}, "binding": {"name": "p"}}])
+def test_an_interface_without_exactly_one_binding_is_refused(bindings):
+    t = run(vmi([{"name": "default", **bindings}]))
     assert fields(t.problems) == ["spec.domain.devices.interfaces[0]"]
     assert "exactly one binding" in t.problems[0].message
+    assert t.problems[0].reason == "FieldValueInvalid"
 
 
 @pytest.mark.parametrize("binding", ["slirp", "macvtap", "passt", "passtBinding"])
