@@ -55,7 +55,7 @@ def _manager(layout, vmi, **overrides):
 
 def test_a_boot_longer_than_the_budget_answers_and_its_failure_comes_with_the_next_sync(layout):
     raw = make_vmi()
-    manager, sink = _manager(layout, raw, boot_timeout=1.5, vmm_env={"FAKE_CH_HANG_ENDPOINT": "vm.boot"})
+    manager, sink = _manager(layout, raw, boot_timeout=1.5, stop_timeout=0.5, vmm_env={"FAKE_CH_HANG_ENDPOINT": "vm.boot"})
     vmi = parse_vmi(raw)
 
     async def story():
