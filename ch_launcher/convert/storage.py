@@ -275,6 +275,10 @@ def _volume(t: Translation, vi: int, volume: Volume, cloud_init: str | None,
             ssh_key_dirs: tuple[str, ...]) -> _Image | None:
     kind = volume.source_kind
     vpath = f"spec.volumes[{vi}]"
+    if len(volume.source_kinds) > 1:
+        # KubeVirt's wording and cause type (vmi-create-admitter.go@d923fdb815cd validateVolumes)
+        t.unsupported(vpath, f"{vpath} must have exactly one source type set", "FieldValueInvalid")
+        return None
     env = t.env
     name = volume.name
     if kind == "containerDisk":

@@ -492,12 +492,15 @@ class Volume(_Model):
     )
 
     @property
+    def source_kinds(self) -> list[str]:
+        """The JSON names of the volume sources that are set (KubeVirt requires exactly one)."""
+        return [kind for kind in self.SOURCES if getattr(self, kind) is not None]
+
+    @property
     def source_kind(self) -> str:
-        """The JSON name of the one volume source that is set, or `""` when none is."""
-        for kind in self.SOURCES:
-            if getattr(self, kind) is not None:
-                return kind
-        return ""
+        """The JSON name of the first volume source that is set, or `""` when none is."""
+        kinds = self.source_kinds
+        return kinds[0] if kinds else ""
 
 
 class PodNetwork(_Model):

@@ -282,6 +282,14 @@ def test_a_volume_name_that_would_leave_its_directory_is_refused_at_its_path(nam
     assert verdict.plan is None
 
 
+def test_a_volume_with_two_sources_is_invalid() -> None:
+    body = vmi(disks=[virtio("v")],
+               volumes=[{"name": "v", "containerDisk": {"image": "i"}, "emptyDisk": {"capacity": "1Gi"}}])
+    verdict = run(body)
+    assert problem(verdict, "spec.volumes[0]").reason == "FieldValueInvalid"
+    assert verdict.plan is None
+
+
 def test_a_sata_disk_as_kubevirt_defaults_it_runs_as_virtio_with_a_warning() -> None:
     # KubeVirt's mutating webhook sets an empty disk bus to sata on amd64 before we see the VMI.
     verdict = run(vmi(disks=[{"name": "d", "disk": {"bus": "sata"}}], volumes=[container_disk("d")]))
