@@ -137,6 +137,11 @@ def _check_network_source(t: Translation, j: int, net: Network) -> bool:
         t.unsupported(f"spec.networks[{j}]", f"spec.networks[{j}] '{net.name}': only pod and multus "
                       f"networks are supported")
         return False
+    if net.pod is not None and net.multus is not None:
+        # KubeVirt's rule and cause type (pkg/network/admitter/netsource.go@d923fdb815cd)
+        t.unsupported(f"spec.networks[{j}]", f"spec.networks[{j}] '{net.name}' should have only one network "
+                      f"type", "FieldValueRequired")
+        return False
     return True
 
 

@@ -162,6 +162,12 @@ def test_an_interface_without_a_network_is_refused():
     assert t.problems[0].reason == "FieldValueNotFound"
 
 
+def test_a_network_that_is_both_pod_and_multus_is_refused():
+    t = run(vmi([{"name": "default", "bridge": {}}], [{"name": "default", "pod": {}, "multus": {"networkName": "n"}}]))
+    assert fields(t.problems) == ["spec.networks[0]"]
+    assert t.config.net is None
+
+
 @pytest.mark.parametrize("bindings", [{}, {"masquerade": {}, "bridge": {}}, {"bridge": {}, "binding": {"name": "p"}}])
 def test_an_interface_without_exactly_one_binding_is_refused(bindings):
     t = run(vmi([{"name": "default", **bindings}]))
