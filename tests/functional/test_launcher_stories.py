@@ -21,8 +21,18 @@ def vh():
     h.close()
 
 
-def harness(request_env=None, **kwargs):
-    return Harness(env=request_env, **kwargs)
+@pytest.fixture
+def new_harness():
+    """A factory of Harnesses for stories that need their own settings; each is closed afterwards."""
+    made = []
+
+    def new(**kwargs):
+        made.append(Harness(**kwargs))
+        return made[-1]
+
+    yield new
+    for h in made:
+        h.close()
 
 
 # --- start -----------------------------------------------------------------------------------------
@@ -155,24 +165,22 @@ def test_pause_sync_unpause_keeps_a_user_paused_vm_paused_until_unpaused(vh):
     vh.run(story())
 
 
-def test_a_vmi_with_start_strategy_paused_is_first_seen_paused_by_the_user_and_unpause_runs_it():
-    vh = Harness(vmi=make_vmi(startStrategy="Paused"))
-    try:
-        async def story():
-            await vh.start()
-            await vh.client.sync(vh.vmi)
-            first = await vh.recorder.wait_for_status("Paused", "User")
-            assert first.event_type == "ADDED"  # never announced Running before the pause
-            assert not any(e.status == "Running" for e in vh.recorder.events)
-            await vh.client.sync(vh.vmi)  # a reconcile must not resume it
-            assert vh.requests("vm.resume") == []
-            since = len(vh.recorder.events)
-            await vh.client.vmi_command("UnpauseVirtualMachine", vh.vmi)
-            await vh.recorder.wait_for_status("Running", since=since)
+def test_a_vmi_with_start_strategy_paused_is_first_seen_paused_by_the_user_and_unpause_runs_it(new_harness):
+    vh = new_harness(vmi=make_vmi(startStrategy="Paused"))
 
-        vh.run(story())
-    finally:
-        vh.close()
+    async def story():
+        await vh.start()
+        await vh.client.sync(vh.vmi)
+        first = await vh.recorder.wait_for_status("Paused", "User")
+        assert first.event_type == "ADDED"  # never announced Running before the pause
+        assert not any(e.status == "Running" for e in vh.recorder.events)
+        await vh.client.sync(vh.vmi)  # a reconcile must not resume it
+        assert vh.requests("vm.resume") == []
+        since = len(vh.recorder.events)
+        await vh.client.vmi_command("UnpauseVirtualMachine", vh.vmi)
+        await vh.recorder.wait_for_status("Running", since=since)
+
+    vh.run(story())
 
 
 def test_pause_before_any_vm_says_domain_not_found(vh):
@@ -208,24 +216,22 @@ def test_graceful_shutdown_with_a_guest_that_powers_off(vh):
     vh.run(story())
 
 
-def test_shutdown_of_a_guest_that_ignores_acpi_then_kill_is_destroyed():
-    h = Harness(env={"FAKE_CH_ACPI_DELAY": "never"})
-    try:
-        async def story():
-            await h.boot()
-            for _ in range(2):
-                await h.client.vmi_command("ShutdownVirtualMachine", h.vmi)
-            await asyncio.sleep(0.5)
-            assert (await h.client.get_domain())["Status"]["Status"] == "Running"
-            await h.client.vmi_command("KillVirtualMachine", h.vmi)
-            event = await h.recorder.wait_for_status("Shutoff", "Destroyed")
-            assert event.grace["DeletionTimestamp"]
-            assert h.launcher.children() == []  # the VMM is gone
-            assert (await h.client.call("Ping")).success
+def test_shutdown_of_a_guest_that_ignores_acpi_then_kill_is_destroyed(new_harness):
+    h = new_harness(env={"FAKE_CH_ACPI_DELAY": "never"})
 
-        h.run(story())
-    finally:
-        h.close()
+    async def story():
+        await h.boot()
+        for _ in range(2):
+            await h.client.vmi_command("ShutdownVirtualMachine", h.vmi)
+        await asyncio.sleep(0.5)
+        assert (await h.client.get_domain())["Status"]["Status"] == "Running"
+        await h.client.vmi_command("KillVirtualMachine", h.vmi)
+        event = await h.recorder.wait_for_status("Shutoff", "Destroyed")
+        assert event.grace["DeletionTimestamp"]
+        assert h.launcher.children() == []  # the VMM is gone
+        assert (await h.client.call("Ping")).success
+
+    h.run(story())
 
 
 # --- crash, reboot, panic --------------------------------------------------------------------
@@ -303,21 +309,18 @@ def test_soft_reboot_without_acpi_is_refused_with_kubevirts_message(vh):
     vh.run(story())
 
 
-def test_a_guest_panic_is_crashed_panicked():
-    vmi = make_vmi(devices={"panicDevices": [{"model": "pvpanic"}]})
-    h = Harness(vmi=vmi)
-    try:
-        async def story():
-            await h.boot()
-            h.signal_vmm(signal.SIGURG)
-            event = await h.recorder.wait_for_status("Crashed", "Panicked")
-            assert event.domain["Status"]["PanicCount"] == 1
-            await h.client.vmi_command("KillVirtualMachine", h.vmi)
-            await h.recorder.wait_for_status("Shutoff", "Destroyed")
+def test_a_guest_panic_is_crashed_panicked(new_harness):
+    h = new_harness(vmi=make_vmi(devices={"panicDevices": [{"model": "pvpanic"}]}))
 
-        h.run(story())
-    finally:
-        h.close()
+    async def story():
+        await h.boot()
+        h.signal_vmm(signal.SIGURG)
+        event = await h.recorder.wait_for_status("Crashed", "Panicked")
+        assert event.domain["Status"]["PanicCount"] == 1
+        await h.client.vmi_command("KillVirtualMachine", h.vmi)
+        await h.recorder.wait_for_status("Shutoff", "Destroyed")
+
+    h.run(story())
 
 
 # --- delete and exit -----------------------------------------------------------------------------
@@ -366,21 +369,19 @@ def test_sigterm_marks_graceful_shutdown_and_virt_handler_completes_it(vh):
     vh.run(story())
 
 
-def test_sigterm_kills_the_vm_itself_after_the_grace_period():
-    h = Harness(env={"FAKE_CH_ACPI_DELAY": "never"}, grace_period_seconds=1)
-    try:
-        async def story():
-            await h.boot()
-            h.launcher.send_signal(signal.SIGTERM)
-            await h.recorder.wait_for(lambda e: e.grace.get("MarkedForGracefulShutdown") is True)
-            await h.recorder.wait_for_status("Shutoff", "Destroyed", timeout=10)
-            await h.client.vmi_command("DeleteVirtualMachine", h.vmi)
-            await h.recorder.wait_for_deleted()
-            assert await h.launcher.wait_exit(20) == 0
+def test_sigterm_kills_the_vm_itself_after_the_grace_period(new_harness):
+    h = new_harness(env={"FAKE_CH_ACPI_DELAY": "never"}, grace_period_seconds=1)
 
-        h.run(story())
-    finally:
-        h.close()
+    async def story():
+        await h.boot()
+        h.launcher.send_signal(signal.SIGTERM)
+        await h.recorder.wait_for(lambda e: e.grace.get("MarkedForGracefulShutdown") is True)
+        await h.recorder.wait_for_status("Shutoff", "Destroyed", timeout=10)
+        await h.client.vmi_command("DeleteVirtualMachine", h.vmi)
+        await h.recorder.wait_for_deleted()
+        assert await h.launcher.wait_exit(20) == 0
+
+    h.run(story())
 
 
 def test_sigterm_before_any_vm_exits_at_once(vh):
@@ -393,19 +394,17 @@ def test_sigterm_before_any_vm_exits_at_once(vh):
     vh.run(story())
 
 
-def test_no_vm_within_qemu_timeout_exits_with_kubevirts_error():
-    h = Harness(qemu_timeout="1s")
-    try:
-        async def story():
-            await h.start()
-            code = await h.launcher.wait_exit(15)
-            assert code not in (None, 0)
-            assert "timed out waiting for domain to be defined" in h.log_text()
-            assert h.launcher.children() == []
+def test_no_vm_within_qemu_timeout_exits_with_kubevirts_error(new_harness):
+    h = new_harness(qemu_timeout="1s")
 
-        h.run(story())
-    finally:
-        h.close()
+    async def story():
+        await h.start()
+        code = await h.launcher.wait_exit(15)
+        assert code not in (None, 0)
+        assert "timed out waiting for domain to be defined" in h.log_text()
+        assert h.launcher.children() == []
+
+    h.run(story())
 
 
 # --- bad input -------------------------------------------------------------------------------------
@@ -438,37 +437,33 @@ def test_an_unsupported_feature_is_refused_naming_the_field_path(vh):
     vh.run(story())
 
 
-def test_a_vmm_that_cannot_start_fails_the_sync_with_the_reason():
-    h = Harness(env={"FAKE_CH_EXIT_AT_START": "3"})
-    try:
-        async def story():
-            await h.start()
-            reply = await h.client.sync(h.vmi, check=False)
-            assert not reply.success
-            assert "cloud-hypervisor" in reply.message and "code 3" in reply.message
-            assert (await h.client.call("Ping")).success
+def test_a_vmm_that_cannot_start_fails_the_sync_with_the_reason(new_harness):
+    h = new_harness(env={"FAKE_CH_EXIT_AT_START": "3"})
 
-        h.run(story())
-    finally:
-        h.close()
+    async def story():
+        await h.start()
+        reply = await h.client.sync(h.vmi, check=False)
+        assert not reply.success
+        assert "cloud-hypervisor" in reply.message and "code 3" in reply.message
+        assert (await h.client.call("Ping")).success
+
+    h.run(story())
 
 
 # --- virt-handler's notify socket -----------------------------------------------------------------
 
 
-def test_events_reach_a_notify_server_that_appears_late():
-    h = Harness(notify=False)
-    try:
-        async def story():
-            await h.start()
-            await h.client.sync(h.vmi)
-            await asyncio.sleep(0.5)
-            await h.recorder.start()  # virt-handler injects the pipe after its first connection
-            await h.recorder.wait_for_status("Running", timeout=15)
+def test_events_reach_a_notify_server_that_appears_late(new_harness):
+    h = new_harness(notify=False)
 
-        h.run(story())
-    finally:
-        h.close()
+    async def story():
+        await h.start()
+        await h.client.sync(h.vmi)
+        await asyncio.sleep(0.5)
+        await h.recorder.start()  # virt-handler injects the pipe after its first connection
+        await h.recorder.wait_for_status("Running", timeout=15)
+
+    h.run(story())
 
 
 def test_events_reach_a_restarted_virt_handler(vh):
