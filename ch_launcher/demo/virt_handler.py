@@ -11,7 +11,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -24,12 +24,13 @@ from ch_launcher._proto import kubevirt_notify_info_pb2_grpc as notify_info_grpc
 from ch_launcher._proto import kubevirt_notify_v1_pb2 as notify_pb2
 from ch_launcher._proto import kubevirt_notify_v1_pb2_grpc as notify_grpc
 
+T = TypeVar("T")
+
 # virt-handler's deadlines per RPC (pkg/virt-handler/cmd-client/client.go: 5 s / 20 s / 60 s)
 DEADLINES: dict[str, float] = {name: 5.0 for name in (
     "GetDomain", "GetDomainStats", "GetGuestInfo", "GetUsers", "GetFilesystems", "Ping", "GetQemuVersion",
     "GetSEVInfo", "GetLaunchMeasurement", "GetScreenshot", "GetVMStats")}
 DEADLINES["FreezeVirtualMachine"] = 60.0
-
 
 
 @dataclass
@@ -134,15 +135,19 @@ class NotifyRecorder:
                        *, since: int = 0) -> DomainEvent:
         """The first recorded event (index >= `since`) matching `predicate`; TimeoutError
         listing what arrived otherwise."""
+        return await self._first(lambda: self.events[since:], predicate, timeout, "domain event")
+
+    async def _first(self, recorded: Callable[[], list[T]], predicate: Callable[[T], bool], timeout: float,
+                     what: str) -> T:
+        """The first of `recorded()` matching `predicate`, waiting for new events (no polling)."""
         deadline = time.monotonic() + timeout
         while True:
-            for event in self.events[since:]:
-                if predicate(event):
-                    return event
+            for item in recorded():
+                if predicate(item):
+                    return item
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise TimeoutError(f"no matching domain event within {timeout} s; got: "
-                                   f"{[str(e) for e in self.events[since:]]}")
+                raise TimeoutError(f"no matching {what} within {timeout} s; got: {[str(e) for e in recorded()]}")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), remaining)
 
@@ -155,16 +160,8 @@ class NotifyRecorder:
         return await self.wait_for(lambda e: e.deleted, timeout, since=since)
 
     async def wait_for_k8s_event(self, reason: str, timeout: float = 10.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            for event in self.k8s_events:
-                if event.get("reason") == reason:
-                    return event
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no K8s event {reason!r} within {timeout} s; got {self.k8s_events}")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), remaining)
+        return await self._first(lambda: self.k8s_events, lambda e: e.get("reason") == reason, timeout,
+                                 f"K8s event {reason!r}")
 
 
 # --- virt-handler's Cmd side --------------------------------------------------------------------
