@@ -61,13 +61,9 @@ def configure_devices(t: Translation) -> None:
     if devices.downwardMetrics is not None:
         t.unsupported(f"{DEVICES}.downwardMetrics", f"{DEVICES}.downwardMetrics is not supported: it "
                       f"needs a virtio-serial port, which Cloud Hypervisor does not have")
-    if devices.useVirtioTransitional and not _reported(t, f"{DEVICES}.useVirtioTransitional"):
+    if devices.useVirtioTransitional:
         t.unsupported(f"{DEVICES}.useVirtioTransitional", f"{DEVICES}.useVirtioTransitional is not "
                       f"supported: Cloud Hypervisor offers modern (virtio 1.0) devices only")
-
-
-def _reported(t: Translation, field: str) -> bool:
-    return any(p.field == field for p in t.problems)
 
 
 def _vsock(t: Translation) -> None:

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 from ch_launcher.ch.vmconfig import VmConfig
 from ch_launcher.convert.context import Translation
-from ch_launcher.convert.errors import Reason
 
 VFIO_ALLOWED = False
 # One PCI segment has 32 device slots and slot 0 is the host bridge (cloud-hypervisor
@@ -116,8 +115,8 @@ def configure_pci_budget(t: Translation) -> None:
                       "segment", "FieldValueInvalid")
 
 
-def _refuse(t: Translation, field: str, why: str, reason: Reason = "FieldValueNotSupported") -> None:
+def _refuse(t: Translation, field: str, why: str) -> None:
     """One problem per field: an earlier configurator may already have refused it."""
     if any(p.field == field or p.field.startswith(field + ".") for p in t.problems):
         return
-    t.unsupported(field, f"{field} is not supported: {why}", reason)
+    t.unsupported(field, f"{field} is not supported: {why}")
