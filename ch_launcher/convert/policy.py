@@ -56,9 +56,9 @@ def configure_policy(t: Translation) -> None:
     spec = t.vmi.spec
     domain = spec.domain
     if not VFIO_ALLOWED:
-        for i, gpu in enumerate(domain.devices.gpus):
+        for i in range(len(domain.devices.gpus)):
             _refuse(t, f"spec.domain.devices.gpus[{i}]", f"GPU passthrough (VFIO): {_QEMU_PROCESS}")
-        for i, dev in enumerate(domain.devices.hostDevices):
+        for i in range(len(domain.devices.hostDevices)):
             _refuse(t, f"spec.domain.devices.hostDevices[{i}]", f"host device passthrough (VFIO): {_QEMU_PROCESS}")
         for i, iface in enumerate(domain.devices.interfaces):
             if iface.sriov is not None:
