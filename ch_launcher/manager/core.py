@@ -22,7 +22,7 @@ from ch_launcher.manager.pod import read_pod_facts, release_memory
 from ch_launcher.manager.runner import NotStarted, Runner, StillRunning
 from ch_launcher.manager.settings import CommandFailed, EventSink, ManagerSettings, preload
 from ch_launcher.manager.view import (
-    acpi_enabled, cause, describe_exit, domain_view, refuse_hotplug, vm_uuid,
+    acpi_enabled, cause, describe_exit, domain_view, refuse_hotplug, vm_size, vm_uuid,
 )
 from ch_launcher.manager.vmm import VmmHost
 
@@ -116,11 +116,10 @@ class DomainManager:
             counters = await asyncio.wait_for(self._api(vmm.client.counters, timeout=timeout), timeout)
         except (ChApiError, TimeoutError) as e:
             log.info("vm.counters unavailable for stats: %s", e)
-        cfg = plan.config
+        vcpus, memory = vm_size(plan)
         stats = await asyncio.to_thread(functools.partial(
             domain_stats, name=vmi.domain_name, uuid=vm_uuid(plan, vmi), counters=counters, vmm_pid=vmm.pid,
-            disks=tuple(plan.disks), interfaces=tuple(plan.interfaces),
-            vcpus=cfg.cpus.boot_vcpus if cfg.cpus else 1, memory_bytes=cfg.memory.size if cfg.memory else 0))
+            disks=tuple(plan.disks), interfaces=tuple(plan.interfaces), vcpus=vcpus, memory_bytes=memory))
         return json.dumps(stats, separators=(",", ":"))
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:

@@ -17,13 +17,12 @@ def domain_view(vmi: VirtualMachineInstance, plan: Plan, status: LifeCycle, reas
                 panic_count: int) -> DomainView:
     """The Domain of the VM `plan` describes, made from `vmi`, in `status`/`reason`."""
     cfg = plan.config
-    vcpus = cfg.cpus.boot_vcpus if cfg.cpus else 1
+    vcpus, memory = vm_size(plan)
     topo = cfg.cpus.topology if cfg.cpus else None
     if topo is not None:
         sockets, cores, threads = topo.packages, topo.cores_per_die * topo.dies_per_package, topo.threads_per_core
     else:
         sockets, cores, threads = vcpus, 1, 1  # KubeVirt's default: one socket per vCPU
-    memory = cfg.memory.size if cfg.memory else 0
     payload = cfg.payload
     bootloader = vmi.spec.domain.firmware.bootloader if vmi.spec.domain.firmware else None
     return DomainView(
@@ -35,6 +34,12 @@ def domain_view(vmi: VirtualMachineInstance, plan: Plan, status: LifeCycle, reas
         firmware="efi" if bootloader is not None and bootloader.efi is not None else "",
         kernel=(payload.kernel or "") if payload else "", initrd=(payload.initramfs or "") if payload else "",
         kernel_args=(payload.cmdline or "") if payload else "", panic_count=panic_count)
+
+
+def vm_size(plan: Plan) -> tuple[int, int]:
+    """The VM's boot vCPUs and memory in bytes, as its VmConfig says (1 and 0 when unset)."""
+    cfg = plan.config
+    return (cfg.cpus.boot_vcpus if cfg.cpus else 1), (cfg.memory.size if cfg.memory else 0)
 
 
 def refuse_hotplug(booted: VirtualMachineInstance, vmi: VirtualMachineInstance) -> None:
