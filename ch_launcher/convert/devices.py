@@ -10,7 +10,8 @@ reasons is the README feature table):
   guest: degraded, with a warning.
 - `filesystems[].virtiofs` -> `fs` on the socket of the virtiofsd container KubeVirt adds to the
   pod (`<share-dir>/virtiofs-containers/<name>.sock`, `pkg/virtiofs/virtiofs.go@d923fdb815cd`),
-  tag = name, one queue of 1024 as upstream; needs shared memory; a bounded wait for the socket.
+  tag = name (at most 36 characters, what a virtio-fs tag holds), one queue of 1024 as upstream;
+  needs shared memory; a bounded wait for the socket.
 - `hostDevices`, `gpus` -> VFIO devices from the device plugins' `PCI_RESOURCE_*` (or
   `MDEV_PCI_RESOURCE_*`) variables (`vfio`); USB host devices are unsupported (no USB). `policy`
   refuses VFIO (virt-handler needs a QEMU process for it); the translation stays tested.
@@ -34,6 +35,9 @@ from ch_launcher.kubevirt.vmi import DNS1123_LABEL_RULE, is_dns1123_label
 
 VIRTIOFS_DIR = "virtiofs-containers"  # virtiofs.VirtioFSContainers, under the share dir
 VIRTIOFS_QUEUE_SIZE = 1024  # converter/storage/virtiofs.go: Queue "1024"
+# The virtio-fs tag field; Cloud Hypervisor cuts a longer tag short without a word
+# (VIRTIO_FS_TAG_LEN, virtio-devices/src/vhost_user/fs.rs@v53.0), and QEMU refuses one.
+VIRTIOFS_TAG_MAX = 36
 VSOCK_SOCKET = "vsock"  # the hybrid-vsock unix socket, in the VMI directory
 MIN_VSOCK_CID = 3  # CH refuses 0, 1, 2
 GPU_ALIAS_PREFIX = "gpu-"  # hostdevice/gpu/hostdev.go
@@ -96,6 +100,10 @@ def _filesystems(t: Translation) -> None:
         if not is_dns1123_label(fs.name):  # it names the virtiofsd socket file
             t.unsupported(f"{path}.name", f"{path}.name '{fs.name}' must be {DNS1123_LABEL_RULE}",
                           "FieldValueInvalid")
+            continue
+        if len(fs.name) > VIRTIOFS_TAG_MAX:
+            t.unsupported(f"{path}.name", f"{path}.name '{fs.name}' is the guest's mount tag, which holds at most "
+                          f"{VIRTIOFS_TAG_MAX} characters", "FieldValueInvalid")
             continue
         if fs.name in used_ids:
             t.unsupported(f"{path}.name", f"{path}.name '{fs.name}' is also the name of another device; "
