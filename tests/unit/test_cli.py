@@ -178,7 +178,9 @@ def test_after_sigterm_the_launcher_waits_for_the_vm_without_spinning():
         await asyncio.sleep(0.5)  # inside the grace period: nothing to do but wait
         assert manager.marked == 1 and manager.commands == []
         assert manager.waits <= 3, f"the supervisor looped {manager.waits} times while waiting"
-        await asyncio.sleep(0.7)  # the grace period expires: the launcher kills the VM itself
+        async with asyncio.timeout(10):  # the grace period expires: the launcher kills the VM itself
+            while not manager.commands:
+                await asyncio.sleep(0.05)
         assert manager.commands == [Intent.KILL]
         manager.forgotten.set()  # virt-handler's Delete
         manager.changed.set()
