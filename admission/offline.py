@@ -46,9 +46,15 @@ def documents(path: str) -> Iterator[tuple[str, Any]]:
     for i, doc in enumerate(docs):
         if doc is None:
             continue
-        items = doc.get("items") if isinstance(doc, dict) and doc.get("kind", "").endswith("List") else None
+        items = doc.get("items") if _kind(doc).endswith("List") else None
         for j, item in enumerate(items if isinstance(items, list) else [doc]):
             yield f"{path}#{i}" + (f".items[{j}]" if items is not None else ""), item
+
+
+def _kind(doc: Any) -> str:
+    """The document's kind, or "" when it is not an object or its kind is not a string."""
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    return kind if isinstance(kind, str) else ""
 
 
 def _name(doc: Any) -> str:
@@ -94,7 +100,7 @@ def check_main(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         for label, doc in docs:
-            if not isinstance(doc, dict) or doc.get("kind") not in TEMPLATE_PATHS:
+            if _kind(doc) not in TEMPLATE_PATHS:
                 continue
             if ns.all:
                 doc = _select(doc)
@@ -157,7 +163,7 @@ def overhead_main(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         for label, doc in docs:
-            if not isinstance(doc, dict) or doc.get("kind") not in TEMPLATE_PATHS:
+            if _kind(doc) not in TEMPLATE_PATHS:
                 continue
             t = target(doc["kind"], doc)
             vmi_doc = vmi_from_template(t, "default") if t is not None else None

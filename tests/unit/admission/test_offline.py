@@ -88,3 +88,14 @@ def test_overhead_reports_a_vmi_with_a_bad_quantity(tmp_path):
     path.write_text(yaml.safe_dump(obj))
     code, out = run(["overhead", str(path)])
     assert code == 1 and "error:" in out
+
+
+@pytest.mark.parametrize("command", ["check", "overhead"])
+def test_documents_whose_kind_is_not_a_string_are_skipped_not_crashed_on(tmp_path, command):
+    path = tmp_path / "odd.yaml"
+    path.write_text("kind: 5\n---\nkind: [VirtualMachineInstance]\n---\n- 1\n---\nkind: List\nitems: 3\n---\n"
+                    + yaml.safe_dump(b.vmi(annotations=b.CH)))
+    code, out = run([command, str(path)])
+    assert code == 0
+    assert f"{path}#4: VirtualMachineInstance testvmi" in out
+    assert "#0" not in out and "#1" not in out
