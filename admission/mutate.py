@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -47,6 +48,7 @@ RECORD_ANNOTATION = "kubevirt-ch.io/launcher-mutation"
 COMPUTE = "compute"
 # What virt-controller renders as the compute command's first word (template.go@d923fdb815cd).
 STOCK_COMMANDS = ("virt-launcher-monitor", "virt-launcher")
+_INT64 = re.compile(r"[0-9]{1,19}")
 
 
 @dataclass(frozen=True)
@@ -255,7 +257,9 @@ def _memory_ops(index: int, c: dict[str, Any], pod: dict[str, Any], vmi: Any, co
 def _kubevirt_added(pod: dict[str, Any], vmi: Any, arch: str, kubevirt: KubeVirtStatus | None) -> tuple[int, str]:
     """What virt-controller added for QEMU: its annotation, else KubeVirt's formula (erring small)."""
     value = _annotations(pod).get(OVERHEAD_ANNOTATION)
-    if isinstance(value, str) and value.strip().isdigit():
+    # virt-controller writes an int64 in ASCII digits; anything else (str.isdigit() also accepts
+    # '²', which int() refuses) means the annotation is not KubeVirt's, so estimate instead.
+    if isinstance(value, str) and _INT64.fullmatch(value.strip()):
         return int(value.strip()), "annotation"
     version = kubevirt.version if kubevirt is not None else None
     constants = kubevirt_constants_for(version)

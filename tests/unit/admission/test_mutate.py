@@ -110,6 +110,20 @@ def test_without_kubevirts_annotation_its_overhead_is_estimated_erring_small():
     assert "v1.9.0" in record["memoryOverheadBytes"]["kubevirtSource"]
 
 
+@pytest.mark.parametrize("garbage", ["\u00b2", "\u0661\u0662", "9" * 5000, "-5", "290Mi"])
+def test_an_overhead_annotation_that_is_not_kubevirts_integer_is_estimated_instead(garbage):
+    vmi = the_vmi()
+    estimate = kubevirt_overhead(parse_vmi(vmi), constants=KUBEVIRT_V1_9_0).total
+    pod = b.launcher_pod(vmi, overhead=None)
+    pod["metadata"]["annotations"]["kubevirt.io/memory-overhead-bytes"] = garbage
+    compute(pod)["resources"]["requests"]["memory"] = str(128 * MiB + estimate)
+    _, verdict, patched = run(pod, vmi)
+    assert verdict == "mutated"
+    assert quantity_bytes(compute(patched)["resources"]["requests"]["memory"]) == 128 * MiB + ours(vmi)
+    record = json.loads(patched["metadata"]["annotations"][RECORD_ANNOTATION])
+    assert "estimated" in record["memoryOverheadBytes"]["kubevirtSource"]
+
+
 def test_other_containers_and_init_containers_are_untouched():
     vmi = the_vmi()
     pod = b.launcher_pod(vmi)
