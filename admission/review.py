@@ -5,7 +5,9 @@ webhooks.go@d923fdb815cd`, `ToAdmissionResponse`): `allowed: false`, `status.cod
 `status.reason: Invalid`, `status.details.causes[]` `{type, message, field}`, the message joining
 the causes' messages with ", ", both capped at the first 10 causes with ", and N more validation
 errors" appended. Objects that do not decode get KubeVirt's `ToAdmissionResponseError` shape
-(`status {message, code: 400}`, no reason, no causes).
+(`status {message, code: 400}`, no reason, no causes). Like KubeVirt's, the denials leave
+`status.status` unset: the API server sets it to "Failure" when it turns a denial into the
+client's error (k8s.io/apiserver admission/plugin/webhook/errors `ToStatusErr`).
 
 `parse_review()` raises `ReviewError(http_status, message)` for a body that is not an
 AdmissionReview at all (no uid to answer to); the server then answers that HTTP status with a
@@ -157,7 +159,6 @@ def deny_invalid(uid: str, causes: Sequence[Cause], warnings: Iterable[str] = ()
         "uid": uid,
         "allowed": False,
         "status": {
-            "status": "Failure",
             "message": message,
             "reason": "Invalid",
             "code": 422,
@@ -172,7 +173,7 @@ def deny_invalid(uid: str, causes: Sequence[Cause], warnings: Iterable[str] = ()
 
 def deny(uid: str, message: str, code: int = 400, reason: str = "") -> dict[str, Any]:
     """A denial without causes: KubeVirt's ToAdmissionResponseError shape (code 400 by default)."""
-    status: dict[str, Any] = {"status": "Failure", "message": message, "code": code}
+    status: dict[str, Any] = {"message": message, "code": code}
     if reason:
         status["reason"] = reason
     return review({"uid": uid, "allowed": False, "status": status})
