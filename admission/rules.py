@@ -64,6 +64,8 @@ def validate(request: AdmissionRequest, config: Config, kubevirt: KubeVirtStatus
         if get(request.object, "metadata", "deletionTimestamp"):
             return Outcome(allow(uid), "ignored")  # never hold up a deletion
         if not isinstance(request.old_object, dict):
+            if not new.selected:  # nothing of ours (the API server always sends oldObject anyway)
+                return Outcome(allow(uid), "ignored")
             return Outcome(deny(uid, f"request.oldObject must be a {kind} object on UPDATE"), "invalid")
         if kind == "VirtualMachineInstance":
             before, after = hypervisor(request.old_object), hypervisor(request.object)

@@ -149,6 +149,15 @@ def test_selecting_a_vm_for_cloud_hypervisor_on_update_is_checked():
     assert decide(b.review(new, "UPDATE", old))[1] == "denied"
 
 
+@pytest.mark.parametrize("old", [None, "a string"])
+def test_an_update_without_an_old_object_is_refused_only_for_a_selected_object(old):
+    response, verdict = decide(b.review(b.vmi(annotations=CH), "UPDATE", old))
+    assert verdict == "invalid" and response["status"] == {
+        "message": "request.oldObject must be a VirtualMachineInstance object on UPDATE", "code": 400}
+    response, verdict = decide(b.review(b.vm(b.vmi()), "UPDATE", old))
+    assert response == {"uid": response["uid"], "allowed": True} and verdict == "ignored"
+
+
 @pytest.mark.parametrize("operation", ["DELETE", "CONNECT"])
 def test_delete_and_connect_are_allowed(operation):
     response, verdict = decide(b.review(None, operation, b.vmi(annotations=CH), kind="VirtualMachineInstance"))
