@@ -83,11 +83,23 @@ def validate(request: AdmissionRequest, config: Config, kubevirt: KubeVirtStatus
     return _check(uid, new, request, config, kubevirt if request.operation == "CREATE" else None)
 
 
+# request.resource.resource -> kind, for a request without request.kind (KubeVirt's own webhooks
+# go by the resource: kubevirt pkg/util/webhooks/webhooks.go@d923fdb815cd, ValidateRequestResource)
+_RESOURCE_KINDS = {
+    "virtualmachineinstances": "VirtualMachineInstance", "virtualmachines": "VirtualMachine",
+    "virtualmachineinstancereplicasets": "VirtualMachineInstanceReplicaSet",
+    "virtualmachinepools": "VirtualMachinePool",
+}
+
+
 def _kind(request: AdmissionRequest) -> str:
+    """request.kind, else the object's kind, else the kind of request.resource."""
     if request.kind:
         return request.kind
     kind = get(request.object, "kind")
-    return kind if isinstance(kind, str) else ""
+    if isinstance(kind, str) and kind:
+        return kind
+    return _RESOURCE_KINDS.get(request.resource, "")
 
 
 def _relevant(kind: str, obj: dict[str, Any], t: Target) -> Any:

@@ -177,6 +177,14 @@ def test_an_object_that_is_not_an_object_is_a_400():
     assert response["status"]["code"] == 400
 
 
+def test_a_request_without_kinds_is_judged_by_its_resource():
+    body = b.review(b.pool(b.undecodable_disks(b.vmi(annotations=CH), 1)))
+    del body["request"]["kind"], body["request"]["requestKind"], body["request"]["object"]["kind"]
+    response, verdict = decide(body)
+    assert verdict == "denied"
+    assert causes(response)[0]["field"] == "spec.virtualMachineTemplate.spec.template.spec.domain.devices.disks[0].name"
+
+
 def test_kinds_we_do_not_validate_are_allowed():
     response, verdict = decide(b.review({"kind": "ConfigMap", "metadata": {"annotations": CH}}, kind="ConfigMap"))
     assert response["allowed"] is True and verdict == "ignored"
