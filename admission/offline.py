@@ -86,43 +86,46 @@ def _select(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_main(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+def _inputs(ns: argparse.Namespace) -> tuple[Config, list[tuple[str, dict[str, Any]]]]:
+    """The configuration and every VMI-bearing object (VMI, VM, replica set, pool) of the files,
+    all read before anything is printed. Raises InputError (exit 2) naming the file."""
     try:
         config = load_config(ns.config)
     except ConfigError as e:
+        raise InputError(str(e)) from None
+    objects = [(label, doc) for path in ns.files for label, doc in documents(path) if _kind(doc) in TEMPLATE_PATHS]
+    return config, objects
+
+
+def check_main(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    try:
+        config, objects = _inputs(ns)
+    except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     denied = checked = 0
-    for path in ns.files:
-        try:
-            docs = list(documents(path))
-        except InputError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        for label, doc in docs:
-            if _kind(doc) not in TEMPLATE_PATHS:
-                continue
-            if ns.all:
-                doc = _select(doc)
-            t = target(doc["kind"], doc)
-            if t is None or not t.selected:
-                print(f"{label}: {_name(doc)}: not selected for Cloud Hypervisor ({ANNOTATION}: {VALUE}); "
-                      f"skipped", file=out)
-                continue
-            checked += 1
-            response = validate(parse_review(_review(doc)), config).review["response"]
-            if response["allowed"]:
-                print(f"{label}: {_name(doc)}: allowed", file=out)
-            else:
-                denied += 1
-                print(f"{label}: {_name(doc)}: DENIED", file=out)
-                status = response["status"]
-                for cause in status.get("details", {}).get("causes", []):
-                    print(f"  {cause.get('field') or '-'}: {cause['type']}: {cause['message']}", file=out)
-                if "more validation errors" in status.get("message", ""):
-                    print(f"  ... {status['message'].rsplit(', and ', 1)[1]}", file=out)
-            for warning in response.get("warnings", []):
-                print(f"  warning: {warning}", file=out)
+    for label, doc in objects:
+        if ns.all:
+            doc = _select(doc)
+        t = target(doc["kind"], doc)
+        if t is None or not t.selected:
+            print(f"{label}: {_name(doc)}: not selected for Cloud Hypervisor ({ANNOTATION}: {VALUE}); "
+                  f"skipped", file=out)
+            continue
+        checked += 1
+        response = validate(parse_review(_review(doc)), config).review["response"]
+        if response["allowed"]:
+            print(f"{label}: {_name(doc)}: allowed", file=out)
+        else:
+            denied += 1
+            print(f"{label}: {_name(doc)}: DENIED", file=out)
+            status = response["status"]
+            for cause in status.get("details", {}).get("causes", []):
+                print(f"  {cause.get('field') or '-'}: {cause['type']}: {cause['message']}", file=out)
+            if "more validation errors" in status.get("message", ""):
+                print(f"  ... {status['message'].rsplit(', and ', 1)[1]}", file=out)
+        for warning in response.get("warnings", []):
+            print(f"  warning: {warning}", file=out)
     print(f"{checked} checked, {denied} denied", file=out)
     return 1 if denied else 0
 
@@ -151,32 +154,24 @@ def overhead_table(vmi_doc: dict[str, Any], config: Config, kubevirt: str = "mai
 
 def overhead_main(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     try:
-        config = load_config(ns.config)
-    except ConfigError as e:
+        config, objects = _inputs(ns)
+    except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     status, shown = 0, 0
-    for path in ns.files:
+    for label, doc in objects:
+        t = target(doc["kind"], doc)
+        vmi_doc = vmi_from_template(t, "default") if t is not None else None
+        print(f"{label}: {_name(doc)}", file=out)
         try:
-            docs = list(documents(path))
-        except InputError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        for label, doc in docs:
-            if _kind(doc) not in TEMPLATE_PATHS:
-                continue
-            t = target(doc["kind"], doc)
-            vmi_doc = vmi_from_template(t, "default") if t is not None else None
-            print(f"{label}: {_name(doc)}", file=out)
-            try:
-                if vmi_doc is None:
-                    raise InvalidVMI("no VMI template")
-                print(overhead_table(vmi_doc, config, ns.kubevirt, ns.arch), file=out)
-                shown += 1
-            except (InvalidVMI, ValueError) as e:
-                print(f"  error: {e}", file=out)
-                status = 1
-            print(file=out)
+            if vmi_doc is None:
+                raise InvalidVMI("no VMI template")
+            print(overhead_table(vmi_doc, config, ns.kubevirt, ns.arch), file=out)
+            shown += 1
+        except (InvalidVMI, ValueError) as e:
+            print(f"  error: {e}", file=out)
+            status = 1
+        print(file=out)
     if shown == 0 and status == 0:
         print("no VirtualMachineInstance (or VM, replica set, pool) found", file=sys.stderr)
         return 1
