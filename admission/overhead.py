@@ -264,6 +264,22 @@ def _network(vmi: VirtualMachineInstance, bindings: Mapping[str, int]) -> tuple[
     return passt, plugins
 
 
+def _add_vmm_independent_terms(t: dict[str, int], vmi: VirtualMachineInstance, ratio: Decimal,
+                               bindings: Mapping[str, int] | None) -> None:
+    """The rows both formulas share, in KubeVirt's order after the per-process terms: VFIO to
+    reservedOverhead, then the ratio over everything so far (last in the backend), then the
+    network terms (added after the backend)."""
+    t["vfio"] = VFIO if _has_vfio(vmi) else 0
+    t["downward_metrics"] = DOWNWARD_METRICS if _has_downward_metrics(vmi) else 0
+    t["probes"] = _probes(vmi)
+    t["sev"] = SEV if _has_sev(vmi) else 0
+    t["tpm"] = TPM_SWTPM if _has_tpm(vmi) else 0
+    t["dedicated_or_guaranteed"] = DEDICATED_OR_GUARANTEED if _dedicated_or_guaranteed(vmi) else 0
+    t["reserved"] = _reserved(vmi)
+    t["ratio"] = _ratio_term(sum(t.values()), ratio)
+    t["passt"], t["binding_plugins"] = _network(vmi, bindings or {})
+
+
 # --- the two formulas ---------------------------------------------------------------------------
 
 
@@ -285,15 +301,7 @@ def kubevirt_overhead(vmi: VirtualMachineInstance, *, constants: KubeVirtConstan
     t["io"] = KV_IOTHREAD
     t["video"] = KV_VIDEO if d.devices.autoattachGraphicsDevice is not False else 0
     t["arm64_firmware"] = KV_ARM64_PFLASH if arch == "arm64" else 0
-    t["vfio"] = VFIO if _has_vfio(vmi) else 0
-    t["downward_metrics"] = DOWNWARD_METRICS if _has_downward_metrics(vmi) else 0
-    t["probes"] = _probes(vmi)
-    t["sev"] = SEV if _has_sev(vmi) else 0
-    t["tpm"] = TPM_SWTPM if _has_tpm(vmi) else 0
-    t["dedicated_or_guaranteed"] = DEDICATED_OR_GUARANTEED if _dedicated_or_guaranteed(vmi) else 0
-    t["reserved"] = _reserved(vmi)
-    t["ratio"] = _ratio_term(sum(t.values()), ratio)  # last in the backend, before the network
-    t["passt"], t["binding_plugins"] = _network(vmi, bindings or {})
+    _add_vmm_independent_terms(t, vmi, ratio, bindings)
     return b
 
 
@@ -335,15 +343,7 @@ def ch_overhead(vmi: VirtualMachineInstance, *, settings: CHSettings = CHSetting
     t["io"] = CH_PER_DEVICE * devices
     t["video"] = 0
     t["arm64_firmware"] = CH_ARM64_UEFI if arch == "arm64" else 0
-    t["vfio"] = VFIO if _has_vfio(vmi) else 0
-    t["downward_metrics"] = DOWNWARD_METRICS if _has_downward_metrics(vmi) else 0
-    t["probes"] = _probes(vmi)
-    t["sev"] = SEV if _has_sev(vmi) else 0
-    t["tpm"] = TPM_SWTPM if _has_tpm(vmi) else 0
-    t["dedicated_or_guaranteed"] = DEDICATED_OR_GUARANTEED if _dedicated_or_guaranteed(vmi) else 0
-    t["reserved"] = _reserved(vmi)
-    t["ratio"] = _ratio_term(sum(t.values()), ratio)
-    t["passt"], t["binding_plugins"] = _network(vmi, bindings or {})
+    _add_vmm_independent_terms(t, vmi, ratio, bindings)
     return b
 
 
