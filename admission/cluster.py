@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from admission.selection import get
 from admission.versions import VersionRange
 from ch_launcher.kubevirt.quantity import quantity_bytes
 
@@ -41,31 +42,23 @@ class KubeVirtStatus:
         status = cr.get("status") if isinstance(cr.get("status"), dict) else {}
         version = status.get("observedKubeVirtVersion")
         bindings: dict[str, int] = {}
-        spec_bindings = _get(cr, "spec", "configuration", "network", "binding")
+        spec_bindings = get(cr, "spec", "configuration", "network", "binding")
         if isinstance(spec_bindings, dict):
             for name, plugin in spec_bindings.items():
-                memory = _get(plugin, "computeResourceOverhead", "requests", "memory")
+                memory = get(plugin, "computeResourceOverhead", "requests", "memory")
                 if memory is not None:
                     try:
                         bindings[str(name)] = quantity_bytes(memory)
                     except ValueError:
                         pass  # KubeVirt validates these; an unparsable one adds nothing, as in KubeVirt
-        ratio = _get(cr, "spec", "configuration", "additionalGuestMemoryOverheadRatio")
+        ratio = get(cr, "spec", "configuration", "additionalGuestMemoryOverheadRatio")
         ratio = ratio if isinstance(ratio, str) and ratio else None
-        methods = _get(cr, "spec", "workloadUpdateStrategy", "workloadUpdateMethods")
+        methods = get(cr, "spec", "workloadUpdateStrategy", "workloadUpdateMethods")
         methods = tuple(m for m in methods if isinstance(m, str)) if isinstance(methods, list) else ()
         if not isinstance(version, str) or not version:
             return cls(bindings=bindings, ratio=ratio, update_methods=methods,
                        error="the KubeVirt resource has no status.observedKubeVirtVersion yet")
         return cls(version=version, bindings=bindings, ratio=ratio, update_methods=methods)
-
-
-def _get(obj: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(key)
-    return obj
 
 
 def version_problem(status: KubeVirtStatus | None, supported: VersionRange) -> str | None:

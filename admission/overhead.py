@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from admission.versions import parse_version
 from ch_launcher.kubevirt.quantity import MiB, GiB, quantity_bytes
 from ch_launcher.kubevirt.vmi import CPU, VirtualMachineInstance
 
@@ -354,7 +355,6 @@ def kubevirt_constants_for(version: str | None) -> KubeVirtConstants:
     development build of main (`v1.9.0-...` describes as 1.9), assume v1.9.0's smaller figure:
     subtracting too little leaves the pod slightly large, subtracting too much would starve it.
     """
-    from admission.versions import parse_version
     try:
         if version and parse_version(version) >= (1, 10, 0):
             return KUBEVIRT_MAIN
