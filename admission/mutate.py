@@ -33,7 +33,7 @@ from admission.config import Config
 from admission.overhead import CHSettings, ch_overhead, kubevirt_constants_for, kubevirt_overhead
 from admission.review import AdmissionRequest, Cause, allow, deny, deny_invalid
 from admission.rules import Outcome
-from admission.selection import ANNOTATION, VALUE, get, hypervisor
+from admission.selection import ANNOTATION, VALUE, annotations, get, hypervisor
 from ch_launcher.convert import check
 from ch_launcher.kubevirt.quantity import format_bytes, quantity_bytes
 from ch_launcher.kubevirt.vmi import InvalidVMI, parse_vmi
@@ -65,21 +65,13 @@ def pointer(*parts: str | int) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def _annotations(pod: dict[str, Any]) -> dict[str, Any]:
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-    found = meta.get("annotations")
-    return found if isinstance(found, dict) else {}
-
-
 def _labels(pod: dict[str, Any]) -> dict[str, Any]:
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-    found = meta.get("labels")
+    found = get(pod, "metadata", "labels")
     return found if isinstance(found, dict) else {}
 
 
 def _compute(pod: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    containers = spec.get("containers")
+    containers = get(pod, "spec", "containers")
     if not isinstance(containers, list):
         return None
     for i, c in enumerate(containers):
@@ -96,12 +88,12 @@ def plan(request: AdmissionRequest, config: Config) -> Outcome | NeedsVMI:
     pod = request.object
     if not isinstance(pod, dict):
         return Outcome(deny(uid, "request.object must be a Pod object"), "invalid")
-    annotations = _annotations(pod)
-    if _labels(pod).get(LAUNCHER_LABEL) != LAUNCHER_LABEL_VALUE or annotations.get(ANNOTATION) != VALUE:
+    anns = annotations(pod)
+    if _labels(pod).get(LAUNCHER_LABEL) != LAUNCHER_LABEL_VALUE or anns.get(ANNOTATION) != VALUE:
         return Outcome(allow(uid), "ignored")
-    if annotations.get(EPHEMERAL_ANNOTATION) == "true":
+    if anns.get(EPHEMERAL_ANNOTATION) == "true":
         return Outcome(allow(uid), "ignored")  # virt-controller's PVC-binding pod runs no launcher
-    if RECORD_ANNOTATION in annotations:
+    if RECORD_ANNOTATION in anns:
         return _reapply(uid, pod, config)
 
     namespace = request.namespace or _meta_str(pod, "namespace")
@@ -116,20 +108,18 @@ def plan(request: AdmissionRequest, config: Config) -> Outcome | NeedsVMI:
 
 
 def _meta_str(pod: dict[str, Any], key: str) -> str:
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-    value = meta.get(key)
+    value = get(pod, "metadata", key)
     return value if isinstance(value, str) else ""
 
 
 def _owner(pod: dict[str, Any]) -> tuple[str, str] | None:
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-    refs = meta.get("ownerReferences")
+    refs = get(pod, "metadata", "ownerReferences")
     for ref in refs if isinstance(refs, list) else []:
         if (isinstance(ref, dict) and ref.get("kind") == "VirtualMachineInstance"
                 and str(ref.get("apiVersion", "")).startswith("kubevirt.io/")
                 and isinstance(ref.get("name"), str) and ref["name"]):
             return ref["name"], ref.get("uid") if isinstance(ref.get("uid"), str) else ""
-    domain = _annotations(pod).get(DOMAIN_ANNOTATION)
+    domain = annotations(pod).get(DOMAIN_ANNOTATION)
     if isinstance(domain, str) and domain:
         return domain, ""
     return None
@@ -178,13 +168,10 @@ def mutate_pod(request: AdmissionRequest, config: Config, needs: NeedsVMI, vmi: 
         return Outcome(deny(uid, f"the launcher pod of {where}: {e}"), "denied")
     ops += memory_ops
     record.update(memory_record)
-    anns = _annotations(pod)
-    ops.append({"op": "replace" if OVERHEAD_ANNOTATION in anns else "add",
+    ops.append({"op": "replace" if OVERHEAD_ANNOTATION in annotations(pod) else "add",
                 "path": pointer("metadata", "annotations", OVERHEAD_ANNOTATION), "value": str(overhead)})
     ops.append({"op": "add", "path": pointer("metadata", "annotations", RECORD_ANNOTATION),
                 "value": json.dumps(record, sort_keys=True, separators=(",", ":"))})
-    if not isinstance((pod.get("metadata") or {}).get("annotations"), dict):  # pragma: no cover - selected pods have them
-        ops.insert(0, {"op": "add", "path": "/metadata/annotations", "value": {}})
     audit = {"launcher-image": config.launcher.image}
     if MIGRATION_LABEL in _labels(pod):
         audit["migration-target"] = "true"
@@ -256,7 +243,7 @@ def _memory_ops(index: int, c: dict[str, Any], pod: dict[str, Any], vmi: Any, co
 
 def _kubevirt_added(pod: dict[str, Any], vmi: Any, arch: str, kubevirt: KubeVirtStatus | None) -> tuple[int, str]:
     """What virt-controller added for QEMU: its annotation, else KubeVirt's formula (erring small)."""
-    value = _annotations(pod).get(OVERHEAD_ANNOTATION)
+    value = annotations(pod).get(OVERHEAD_ANNOTATION)
     # virt-controller writes an int64 in ASCII digits; anything else (str.isdigit() also accepts
     # '²', which int() refuses) means the annotation is not KubeVirt's, so estimate instead.
     if isinstance(value, str) and _INT64.fullmatch(value.strip()):
@@ -275,9 +262,7 @@ def _kubevirt_added(pod: dict[str, Any], vmi: Any, arch: str, kubevirt: KubeVirt
 
 
 def _node_arch(pod: dict[str, Any]) -> str:
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), dict) else {}
-    arch = selector.get("kubernetes.io/arch")
+    arch = get(pod, "spec", "nodeSelector", "kubernetes.io/arch")
     return arch if isinstance(arch, str) else ""
 
 
