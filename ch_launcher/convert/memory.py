@@ -75,9 +75,9 @@ def guest_memory(t: Translation) -> tuple[str, int] | None:
         return None
     path, value = given[0]
     n = _bytes(t, path, value)
-    for other, value in given[1:]:
+    for other, other_value in given[1:]:
         if other.startswith("spec.domain.resources."):
-            t.quantity(other, value)
+            t.quantity(other, other_value)
     return None if n is None else (path, n)
 
 
