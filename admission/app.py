@@ -291,33 +291,54 @@ async def _self_signed_loop(server: Server, ns: argparse.Namespace) -> None:
             log.warning("certificate re-check failed, will retry: %s", e)
 
 
-async def serve(ns: argparse.Namespace, config: Config, kube: KubeClient | None,
-                ready: Callable[[int], None] | None = None) -> None:
+async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
+    """`work`'s result, or None (work cancelled) if `stop` is set first."""
+    working = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait((working, stopping), return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if working.done():
+        return working.result()
+    working.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await working
+    return None
+
+
+async def serve(ns: argparse.Namespace, config: Config, kube: KubeClient | None) -> None:
+    """Serve until SIGTERM/SIGINT (also during start-up); the log line "serving https://ADDR:PORT"
+    says when requests are answered. Start-up failures propagate (TLSFilesError, KubeError,
+    CertError) after the same clean-up as a stop."""
     server = Server(config=config, kube=kube)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # before anything else: a stop during start-up is clean too
         loop.add_signal_handler(sig, stop.set)
-    if ns.self_signed:
-        cert_file, key_file = await _self_signed_start(server, ns)
-        cert_file, key_file = ns.tls_cert_file or cert_file, ns.tls_private_key_file or key_file
-    else:
-        cert_file, key_file = ns.tls_cert_file, ns.tls_private_key_file
-
-    def on_reload(ok: bool) -> None:
-        server.metrics.tls_reloads.labels("ok" if ok else "failed").inc()
-
-    server.tls = ReloadingTLS(cert_file, key_file, on_reload=on_reload)
-    runner = web.AppRunner(make_app(server), access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, ns.address, ns.port, ssl_context=server.tls.base, backlog=1024)
-    await site.start()
-    port = next(iter(runner.addresses))[1]
-    log.info("serving https://%s:%d (validate, mutate-pod, healthz, readyz, metrics)", ns.address, port)
-    if ready:
-        ready(port)
-    renewal = asyncio.create_task(_self_signed_loop(server, ns)) if ns.self_signed else None
+    runner: web.AppRunner | None = None
+    renewal: asyncio.Task[None] | None = None
     try:
+        if ns.self_signed:
+            # The first round retries an unreachable API server for about a minute; a SIGTERM
+            # meanwhile ends start-up at once (a pod's grace period is shorter than that).
+            paths = await _unless_stopped(_self_signed_start(server, ns), stop)
+            if paths is None:
+                log.info("stopped during start-up")
+                return
+            cert_file, key_file = ns.tls_cert_file or paths[0], ns.tls_private_key_file or paths[1]
+        else:
+            cert_file, key_file = ns.tls_cert_file, ns.tls_private_key_file
+
+        def on_reload(ok: bool) -> None:
+            server.metrics.tls_reloads.labels("ok" if ok else "failed").inc()
+
+        server.tls = ReloadingTLS(cert_file, key_file, on_reload=on_reload)
+        runner = web.AppRunner(make_app(server), access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, ns.address, ns.port, ssl_context=server.tls.base, backlog=1024)
+        await site.start()
+        port = next(iter(runner.addresses))[1]
+        log.info("serving https://%s:%d (validate, mutate-pod, healthz, readyz, metrics)", ns.address, port)
+        renewal = asyncio.create_task(_self_signed_loop(server, ns)) if ns.self_signed else None
         await stop.wait()
         log.info("shutting down")
     finally:
@@ -325,7 +346,8 @@ async def serve(ns: argparse.Namespace, config: Config, kube: KubeClient | None,
             renewal.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewal
-        await runner.cleanup()
+        if runner is not None:
+            await runner.cleanup()
         server.executor.shutdown(wait=False, cancel_futures=True)
         if kube is not None:
             kube.close()

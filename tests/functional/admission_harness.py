@@ -46,12 +46,17 @@ class AdmissionServer:
         self.port = 0
         self.log: list[str] = []
         self._ready = threading.Event()
+        self._until = "serving https://"
+        self._pumping: threading.Thread | None = None
 
-    def start(self, timeout: float = 30.0) -> AdmissionServer:
+    def start(self, timeout: float = 30.0, until: str = "serving https://") -> AdmissionServer:
+        """Start and wait for a log line containing `until` (by default: serving, port known)."""
+        self._until = until
         cmd = [sys.executable, "-m", "admission.cli", "serve", "--port", "0", "--address", "127.0.0.1", *self.args]
         self.proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True, start_new_session=True)
-        threading.Thread(target=self._pump, daemon=True).start()
+        self._pumping = threading.Thread(target=self._pump, daemon=True)
+        self._pumping.start()
         deadline = time.monotonic() + timeout
         while not self._ready.wait(0.05):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -63,8 +68,9 @@ class AdmissionServer:
         assert self.proc is not None and self.proc.stderr is not None
         for line in self.proc.stderr:
             self.log.append(line.rstrip())
-            if "serving https://" in line and not self._ready.is_set():
+            if "serving https://" in line:
                 self.port = int(line.split("serving https://", 1)[1].split(" ", 1)[0].rsplit(":", 1)[1])
+            if self._until in line:
                 self._ready.set()
 
     @property
@@ -84,6 +90,8 @@ class AdmissionServer:
                 except ProcessLookupError:
                     pass
                 self.proc.wait(10)
+        if self._pumping is not None:
+            self._pumping.join(10)  # every line of stderr is in self.log once stop() returns
         return self.proc.returncode
 
 

@@ -202,3 +202,11 @@ def test_self_signed_without_rbac_fails_start_up_clearly(api, tmp_path):
     with pytest.raises(RuntimeError, match="HTTP 403"):
         s.start(timeout=30)
     assert s.proc.returncode == 1
+
+
+def test_a_stop_while_the_api_server_is_unreachable_ends_start_up_at_once(tmp_path):
+    gone = FakeKubeAPI().start(tmp_path)
+    gone.stop()  # its kubeconfig now points at a closed port: start-up keeps retrying for a minute
+    s = self_signed(gone, tmp_path / "e").start(until="self-managed certificates not ready")
+    assert s.stop() == 0, "\n".join(s.log)  # within stop()'s 10 s, not SIGKILLed after them
+    assert any("stopped during start-up" in line for line in s.log)
