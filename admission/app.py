@@ -41,7 +41,9 @@ from admission.tls import ReloadingTLS, TLSFilesError
 log = logging.getLogger("admission")
 
 MAX_BODY = 3 * 1024 * 1024 + 64 * 1024  # the API server sends at most ~3 MiB objects, plus the envelope
-BODY_TIMEOUT = 10.0  # seconds to receive a body once the headers are in
+# Seconds to receive a body once the headers are in: the webhooks' timeoutSeconds (addon_manifests),
+# after which the API server has given up on the answer anyway.
+BODY_TIMEOUT = 5.0
 KUBEVIRT_TTL = 300.0  # re-read the KubeVirt CR this often
 KUBEVIRT_ERROR_TTL = 5.0  # retry this soon after a failed read
 READY_TTL = 10.0  # /readyz re-probes the API server at most this often
