@@ -149,8 +149,8 @@ def test_updates_that_add_remove_or_keep_the_selection_reach_the_server(webhooks
 
 def test_launcher_pods_of_other_vmis_never_reach_the_server(webhooks):
     (hook,) = mutating(webhooks)
-    for annotations in (None, {}, samples.OTHER, samples.UNRELATED):
-        assert not webhook_matches(hook, "Pod", samples.launcher_pod(annotations))
+    for anns in (None, {}, samples.OTHER, samples.UNRELATED):
+        assert not webhook_matches(hook, "Pod", samples.launcher_pod(anns))
 
 
 @pytest.mark.parametrize("kind,obj", [(k, o) for k, o, _ in samples.SELECTED_ON_CREATE if k != "Pod"]
