@@ -142,7 +142,7 @@ def _check(uid: str, t: Target, request: AdmissionRequest, config: Config,
     warnings: list[str] = []
     causes: list[Cause] = []
     if t.on_owner:
-        warnings.append(f"{ANNOTATION} on the {t.kind}'s own metadata does not reach its VMIs: set it in "
+        warnings.append(f"{ANNOTATION} in {t.owner_field} does not reach the {t.kind}'s VMIs: set it in "
                         f"{t.prefix}metadata.annotations to run them on Cloud Hypervisor")
     vmi = vmi_from_template(t, request.namespace)
     if vmi is None:

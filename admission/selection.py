@@ -57,7 +57,13 @@ class Target:
     prefix: str
     template: dict[str, Any] | None
     on_template: bool  # the template itself carries the selection
-    on_owner: bool  # the owner (or a pool's VM template) carries it, but the VMI would not
+    # Where the owner (or a pool's VM template) carries it when the VMI template does not, e.g.
+    # "metadata.annotations"; "" otherwise.
+    owner_field: str = ""
+
+    @property
+    def on_owner(self) -> bool:
+        return bool(self.owner_field)
 
     @property
     def selected(self) -> bool:
@@ -75,9 +81,10 @@ def target(kind: str, obj: Any) -> Target | None:
     owners = [()] if path else []
     if kind == "VirtualMachinePool":
         owners.append(("spec", "virtualMachineTemplate"))
-    on_owner = any(hypervisor(obj, *p) == VALUE for p in owners)
+    owner = next((p for p in owners if hypervisor(obj, *p) == VALUE), None)
+    owner_field = "" if owner is None or on_template else "".join(f"{p}." for p in owner) + "metadata.annotations"
     prefix = "".join(f"{p}." for p in path)
-    return Target(kind, prefix, template, on_template, on_owner and not on_template)
+    return Target(kind, prefix, template, on_template, owner_field)
 
 
 _PATH_START = re.compile(r"(?<![\w./\[-])(spec|metadata)(?=[.\[])")

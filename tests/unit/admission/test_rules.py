@@ -82,6 +82,21 @@ def test_an_annotation_on_the_vm_itself_is_checked_and_warned_about():
     assert decide(b.review(bad))[0]["allowed"] is False
 
 
+@pytest.mark.parametrize(("where", "field"), [((), "metadata.annotations"),
+                                               (("spec", "virtualMachineTemplate"),
+                                                "spec.virtualMachineTemplate.metadata.annotations")])
+def test_the_warning_names_where_a_pool_carries_the_annotation_and_where_it_belongs(where, field):
+    obj = b.pool(b.vmi())
+    node = obj
+    for key in where:
+        node = node[key]
+    node.setdefault("metadata", {})["annotations"] = dict(CH)
+    response, verdict = decide(b.review(obj))
+    assert verdict == "warned"
+    assert (f"{ANNOTATION} in {field} does not reach the VirtualMachinePool's VMIs: set it in "
+            f"spec.virtualMachineTemplate.spec.template.metadata.annotations") in response["warnings"][0]
+
+
 def test_an_owner_without_a_template_is_refused_for_the_missing_template():
     obj = b.vm(b.vmi(), annotations=CH)
     del obj["spec"]["template"]
