@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 import requests
 
@@ -35,13 +35,12 @@ def make_tls(directory: pathlib.Path, names: Sequence[str] = ("localhost", "127.
     return paths
 
 
-class AdmissionServer:
-    """`python -m admission.cli serve ...` in its own process group, on a free port."""
+class ServerProcess:
+    """A server command in its own process group, its stderr kept in `log`; the port comes from
+    its "serving https://ADDR:PORT" line. `stop()` kills the whole group."""
 
-    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None):
-        self.args = list(args)
-        self.env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-        self.env.pop("KUBERNETES_SERVICE_HOST", None)
+    def __init__(self, cmd: Sequence[str], env: dict[str, str], cwd: pathlib.Path = REPO):
+        self.cmd, self.env, self.cwd = list(cmd), env, cwd
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
         self.log: list[str] = []
@@ -49,11 +48,11 @@ class AdmissionServer:
         self._until = "serving https://"
         self._pumping: threading.Thread | None = None
 
-    def start(self, timeout: float = 30.0, until: str = "serving https://") -> AdmissionServer:
-        """Start and wait for a log line containing `until` (by default: serving, port known)."""
+    def start(self, timeout: float = 60.0, until: str = "serving https://") -> Self:
+        """Start and wait for a log line containing `until` (by default: serving, port known).
+        RuntimeError with the log if the process exits or `timeout` passes first."""
         self._until = until
-        cmd = [sys.executable, "-m", "admission.cli", "serve", "--port", "0", "--address", "127.0.0.1", *self.args]
-        self.proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(self.cmd, cwd=self.cwd, env=self.env, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True, start_new_session=True)
         self._pumping = threading.Thread(target=self._pump, daemon=True)
         self._pumping.start()
@@ -61,7 +60,7 @@ class AdmissionServer:
         while not self._ready.wait(0.05):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError("ch-admission did not start:\n" + "\n".join(self.log))
+                raise RuntimeError(f"{self.cmd[0]} did not start:\n" + "\n".join(self.log))
         return self
 
     def _pump(self) -> None:
@@ -93,6 +92,16 @@ class AdmissionServer:
         if self._pumping is not None:
             self._pumping.join(10)  # every line of stderr is in self.log once stop() returns
         return self.proc.returncode
+
+
+class AdmissionServer(ServerProcess):
+    """`python -m admission.cli serve ... ARGS` on a free port of 127.0.0.1, outside any cluster."""
+
+    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None):
+        full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+        full_env.pop("KUBERNETES_SERVICE_HOST", None)
+        super().__init__([sys.executable, "-m", "admission.cli", "serve", "--port", "0", "--address", "127.0.0.1",
+                          *args], full_env)
 
 
 def client(ca: pathlib.Path) -> requests.Session:

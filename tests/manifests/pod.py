@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import os
 import pathlib
-import signal
-import subprocess
 import sys
-import threading
-import time
 from typing import Any
 
+from tests.functional.admission_harness import ServerProcess
 from tests.manifests.render import REPO
 
 
-class Container:
+class Container(ServerProcess):
+    """The Deployment's only container as a local process (ServerProcess: start, port, log, stop)."""
+
     def __init__(self, deployment: dict[str, Any], objects: list[dict[str, Any]], root: pathlib.Path,
                  extra_args: list[str], secrets: dict[str, dict[str, bytes]] | None = None):
         pod = deployment["spec"]["template"]["spec"]
@@ -59,10 +58,7 @@ class Container:
         assert command[0].startswith("/usr/bin/")
         self.command = [str(pathlib.Path(sys.executable).parent / command[0].removeprefix("/usr/bin/")),
                         *command[1:]]
-        self.proc: subprocess.Popen[str] | None = None
-        self.log: list[str] = []
-        self.port = 0
-        self._ready = threading.Event()
+        super().__init__([*self.command, *self.args], self.env, cwd=root)
 
     def _host_path(self, arg: str) -> str:
         """`--flag=/mount/path/file` or `/mount/path/file` with the mount's directory on this host."""
@@ -72,36 +68,3 @@ class Container:
                 value = str(host) + value[len(mount.rstrip("/")):]
                 break
         return f"{flag}{eq}{value}" if eq else (value if not flag else arg)
-
-    def start(self, timeout: float = 60.0) -> Container:
-        self.proc = subprocess.Popen([*self.command, *self.args], cwd=self.root, env=self.env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
-        threading.Thread(target=self._pump, daemon=True).start()
-        deadline = time.monotonic() + timeout
-        while not self._ready.wait(0.05):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("the container's command did not start serving:\n" + "\n".join(self.log))
-        return self
-
-    def _pump(self) -> None:
-        assert self.proc is not None and self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.log.append(line.rstrip())
-            if "serving https://" in line and not self._ready.is_set():
-                self.port = int(line.split("serving https://", 1)[1].split(" ", 1)[0].rsplit(":", 1)[1])
-                self._ready.set()
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(10)
