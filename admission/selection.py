@@ -87,7 +87,9 @@ def target(kind: str, obj: Any) -> Target | None:
     return Target(kind, prefix, template, on_template, owner_field)
 
 
-_PATH_START = re.compile(r"(?<![\w./\[-])(spec|metadata)(?=[.\[])")
+# `spec`/`metadata` starting a field path: followed by `.`/`[`, or by `:` when the path is the
+# field itself (decode errors read "spec: Input should be ...").
+_PATH_START = re.compile(r"(?<![\w./\[-])(spec|metadata)(?=[.\[:])")
 
 
 def prefix_paths(text: str, prefix: str) -> str:

@@ -97,6 +97,14 @@ def test_the_warning_names_where_a_pool_carries_the_annotation_and_where_it_belo
             f"spec.virtualMachineTemplate.spec.template.metadata.annotations") in response["warnings"][0]
 
 
+def test_a_template_whose_spec_is_not_an_object_is_refused_at_the_prefixed_path():
+    obj = b.vm(b.vmi(annotations=CH))
+    obj["spec"]["template"]["spec"] = "not an object"
+    (cause,) = causes(decide(b.review(obj))[0])
+    assert cause["field"] == "spec.template.spec"
+    assert cause["message"].startswith("spec.template.spec: ")
+
+
 def test_an_owner_without_a_template_is_refused_for_the_missing_template():
     obj = b.vm(b.vmi(), annotations=CH)
     del obj["spec"]["template"]
