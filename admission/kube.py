@@ -17,6 +17,7 @@ from typing import Any
 
 import kubernetes
 import urllib3
+import yaml
 from kubernetes.client.exceptions import ApiException
 
 TIMEOUT = (2.0, 3.0)  # connect, read (seconds)
@@ -58,8 +59,8 @@ class KubeClient:
         configuration = kubernetes.client.Configuration()
         try:
             kubernetes.config.load_kube_config(config_file=path, client_configuration=configuration)
-        except (kubernetes.config.ConfigException, OSError, ValueError, TypeError) as e:
-            raise KubeError(0, f"cannot load kubeconfig {path}: {e}") from None
+        except (kubernetes.config.ConfigException, OSError, ValueError, TypeError, yaml.YAMLError) as e:
+            raise KubeError(0, f"cannot load kubeconfig {path}: {e}".replace("\n", " ")) from None
         configuration.retries = urllib3.Retry(total=1, connect=1, read=0, redirect=0, status=0)
         return cls(kubernetes.client.ApiClient(configuration))
 

@@ -99,6 +99,18 @@ def test_a_bad_config_file_stops_start_up_with_its_key(tmp_path):
     assert s.proc.returncode == 2
 
 
+@pytest.mark.parametrize("text", ["clusters: [unclosed\n", "just a string\n", ""])
+def test_an_unreadable_kubeconfig_stops_start_up_with_a_message(tmp_path, text):
+    tls = make_tls(tmp_path)
+    (tmp_path / "kubeconfig").write_text(text)
+    s = AdmissionServer(["--tls-cert-file", str(tls["cert"]), "--tls-private-key-file", str(tls["key"]),
+                         "--config", str(CONFIG), "--kubeconfig", str(tmp_path / "kubeconfig")])
+    with pytest.raises(RuntimeError, match="cannot load kubeconfig"):
+        s.start(timeout=20)
+    assert s.proc.returncode == 2
+    assert not any("Traceback" in line for line in s.log)
+
+
 # --- self-managed ---------------------------------------------------------------------------
 
 
