@@ -116,7 +116,8 @@ def review(obj: Any, operation: str = "CREATE", old: Any = None, kind: str | Non
 
 def launcher_pod(vmi_obj: dict[str, Any], overhead: int | None = 290 * 2**20, memory: str = "128Mi",
                  limit: bool = False, migration: bool = False, hugepages: bool = False) -> dict[str, Any]:
-    """A launcher pod as virt-controller renders it for `vmi_obj` (template.go@d923fdb815cd, abridged):
+    """A launcher pod as virt-controller renders it for `vmi_obj` (template.go@v1.9.0, abridged; main
+    moves the monitor's flags from `command` to `args`):
     the compute container's memory is the guest's plus `overhead` (request, and limit if any), and
     `overhead` is in `kubevirt.io/memory-overhead-bytes` (None: no annotation, as with old KubeVirt)."""
     from ch_launcher.kubevirt.quantity import quantity_bytes

@@ -62,6 +62,20 @@ def test_the_compute_container_gets_ch_launcher_and_keeps_virt_launchers_flags()
     assert response["auditAnnotations"] == {"launcher-image": IMAGE}
 
 
+def test_flags_in_args_as_kubevirt_main_renders_them_are_kept_too():
+    # v1.9.0 puts virt-launcher-monitor's flags in `command`; main (kubevirt 45dd8be60d, in
+    # d923fdb815cd) moves them to `args`, which the patch must leave alone.
+    vmi = the_vmi()
+    pod = b.launcher_pod(vmi)
+    c = compute(pod)
+    c["command"], c["args"] = c["command"][:1], c["command"][1:]
+    _, verdict, patched = run(pod, vmi)
+    assert verdict == "mutated"
+    assert compute(patched)["command"] == CONFIG.launcher.command
+    assert compute(patched)["args"] == c["args"]
+    assert run(patched, vmi)[1] == "unchanged"
+
+
 def test_memory_is_resized_from_kubevirts_overhead_to_ours():
     vmi = the_vmi()
     pod = b.launcher_pod(vmi, overhead=290 * MiB)
