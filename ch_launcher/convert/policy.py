@@ -53,47 +53,48 @@ _QEMU_PROCESS = "virt-handler then looks for a QEMU process and fails without on
 
 def configure_policy(t: Translation) -> None:
     """Refuse what virt-handler or the pod's tooling would fail on; never touches the config."""
+    refuse = _Refusals(t)
     spec = t.vmi.spec
     domain = spec.domain
     if not VFIO_ALLOWED:
         for i in range(len(domain.devices.gpus)):
-            _refuse(t, f"spec.domain.devices.gpus[{i}]", f"GPU passthrough (VFIO): {_QEMU_PROCESS}")
+            refuse(f"spec.domain.devices.gpus[{i}]", f"GPU passthrough (VFIO): {_QEMU_PROCESS}")
         for i in range(len(domain.devices.hostDevices)):
-            _refuse(t, f"spec.domain.devices.hostDevices[{i}]", f"host device passthrough (VFIO): {_QEMU_PROCESS}")
+            refuse(f"spec.domain.devices.hostDevices[{i}]", f"host device passthrough (VFIO): {_QEMU_PROCESS}")
         for i, iface in enumerate(domain.devices.interfaces):
             if iface.sriov is not None:
-                _refuse(t, f"spec.domain.devices.interfaces[{i}].sriov", f"SR-IOV (VFIO): {_QEMU_PROCESS}")
+                refuse(f"spec.domain.devices.interfaces[{i}].sriov", f"SR-IOV (VFIO): {_QEMU_PROCESS}")
     cpu = domain.cpu
     if cpu is not None and cpu.dedicatedCpuPlacement:
-        _refuse(t, "spec.domain.cpu.dedicatedCpuPlacement",
+        refuse("spec.domain.cpu.dedicatedCpuPlacement",
                 f"dedicated CPUs: virt-handler pins QEMU's threads; {_QEMU_PROCESS}")
     if cpu is not None and cpu.realtime is not None:
-        _refuse(t, "spec.domain.cpu.realtime", f"realtime vCPUs: {_QEMU_PROCESS}")
+        refuse("spec.domain.cpu.realtime", f"realtime vCPUs: {_QEMU_PROCESS}")
     security = domain.launchSecurity
     if security is not None:
         for kind in ("sev", "snp"):
             if getattr(security, kind) is not None:
-                _refuse(t, f"spec.domain.launchSecurity.{kind}", f"AMD {kind.upper()}: {_QEMU_PROCESS}")
+                refuse(f"spec.domain.launchSecurity.{kind}", f"AMD {kind.upper()}: {_QEMU_PROCESS}")
     memory = domain.memory
     if memory is not None and memory.reservedOverhead is not None and memory.reservedOverhead.memLock == "Required":
-        _refuse(t, "spec.domain.memory.reservedOverhead.memLock", f"memLock Required: {_QEMU_PROCESS}")
+        refuse("spec.domain.memory.reservedOverhead.memLock", f"memLock Required: {_QEMU_PROCESS}")
 
     for name, probe in (("livenessProbe", spec.livenessProbe), ("readinessProbe", spec.readinessProbe)):
         if probe is None:
             continue
         for kind in ("exec", "guestAgentPing"):
             if getattr(probe, kind) is not None:
-                _refuse(t, f"spec.{name}.{kind}", f"{kind} probes need the QEMU guest agent, which Cloud "
+                refuse(f"spec.{name}.{kind}", f"{kind} probes need the QEMU guest agent, which Cloud "
                         f"Hypervisor cannot attach (no virtio-serial); use httpGet or tcpSocket")
 
     if HOOK_SIDECARS_ANNOTATION in t.vmi.metadata.annotations:
-        _refuse(t, f"metadata.annotations[{HOOK_SIDECARS_ANNOTATION}]",
+        refuse(f"metadata.annotations[{HOOK_SIDECARS_ANNOTATION}]",
                 "hook sidecars rewrite libvirt domain XML, which the Cloud Hypervisor launcher does not use")
     if spec.startStrategy == "Paused":
         t.warn("spec.startStrategy", "Paused: Cloud Hypervisor cannot boot paused; the VM is paused right "
                "after boot")
     if spec.evictionStrategy in ("LiveMigrate", "LiveMigrateIfPossible"):
-        _refuse(t, "spec.evictionStrategy", f"{spec.evictionStrategy}: the Cloud Hypervisor backend cannot "
+        refuse("spec.evictionStrategy", f"{spec.evictionStrategy}: the Cloud Hypervisor backend cannot "
                 "migrate, so a node drain would block on failing migrations; use None or External")
 
 
@@ -115,8 +116,25 @@ def configure_pci_budget(t: Translation) -> None:
                       "segment", "FieldValueInvalid")
 
 
-def _refuse(t: Translation, field: str, why: str) -> None:
-    """One problem per field: an earlier configurator may already have refused it."""
-    if any(p.field == field or p.field.startswith(field + ".") for p in t.problems):
-        return
-    t.unsupported(field, f"{field} is not supported: {why}")
+class _Refusals:
+    """Refuse each field once: a field an earlier configurator already refused (itself, or a
+    field below it) is not refused again. Linear in the number of problems (a VMI with
+    thousands of GPUs must still be answered inside the webhook's timeout)."""
+
+    def __init__(self, t: Translation) -> None:
+        self.t = t
+        self.covered: set[str] = set()
+        for p in t.problems:
+            self._cover(p.field)
+
+    def _cover(self, field: str) -> None:
+        self.covered.add(field)
+        for i, ch in enumerate(field):
+            if ch == ".":
+                self.covered.add(field[:i])  # "a.b[1].c" also covers "a.b[1]" and "a"
+
+    def __call__(self, field: str, why: str) -> None:
+        if field in self.covered:
+            return
+        self.t.unsupported(field, f"{field} is not supported: {why}")
+        self._cover(field)

@@ -629,15 +629,25 @@ class InvalidVMI(ValueError):
         self.causes = causes or []
 
 
+# Maps whose keys are written `[key]`, as Kubernetes' field.Path does for them
+# (`metadata.annotations[kubevirt-ch.io/hypervisor]`). Resource maps keep KubeVirt's dotted
+# form (`spec.domain.resources.requests.memory`, as its own admitters write it).
+_MAP_FIELDS = frozenset({"labels", "annotations", "nodeSelector"})
+
+
 def field_path(loc: tuple[Any, ...]) -> str:
     """Turn a pydantic location `('spec', 'domain', 'devices', 'disks', 1, 'name')` into
-    KubeVirt's `spec.domain.devices.disks[1].name`."""
+    KubeVirt's `spec.domain.devices.disks[1].name`; map keys as `metadata.annotations[a]`."""
     out = ""
+    previous: Any = None
     for part in loc:
-        if isinstance(part, int):
+        if part == "[key]":  # pydantic's marker for "the key itself is invalid"
+            continue
+        if isinstance(part, int) or previous in _MAP_FIELDS:
             out += f"[{part}]"
         else:
             out += ("." if out else "") + str(part)
+        previous = part
     return out
 
 

@@ -53,4 +53,13 @@ def test_a_quantity_of_the_wrong_type_is_one_cause_at_its_exact_path(value):
 def test_a_map_key_named_like_a_type_stays_in_the_path():
     with pytest.raises(InvalidVMI) as e:
         parse_vmi({"metadata": {"labels": {"int": 5}}})
-    assert [p for p, _ in e.value.causes] == ["metadata.labels.int"]
+    assert [p for p, _ in e.value.causes] == ["metadata.labels[int]"]
+
+
+def test_map_keys_in_error_paths_read_as_kubernetes_writes_them():
+    with pytest.raises(InvalidVMI) as e:
+        parse_vmi({"metadata": {"annotations": {"a": 5, 7: "x"}}})
+    assert sorted(p for p, _ in e.value.causes) == ["metadata.annotations[7]", "metadata.annotations[a]"]
+    with pytest.raises(InvalidVMI) as e:
+        parse_vmi({"spec": {"domain": {"resources": {"requests": {"memory": [1]}}}}})
+    assert [p for p, _ in e.value.causes] == ["spec.domain.resources.requests.memory"]
