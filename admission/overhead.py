@@ -62,13 +62,13 @@ PASST = 250 * MiB  # kubevirt pkg/network/resources/memory.go: "passt binary ove
 
 # ch-launcher, the Python process that replaces virt-launcher-monitor + virt-launcher (and,
 # since it drives CH directly, virtlogd and virtqemud). Measured by bench/launcher.py after a
-# Sync (simulated VMM; CPython 3.11, grpcio 1.85, pydantic 2): PSS 45.2 MiB for one launcher
-# alone, 40.4 MiB with four running (they share the image's file pages); its anonymous memory,
-# the part no other process shares, 36.3 MiB; peak RSS 66.4 MiB, of which ~27 MiB are clean file
-# pages the kernel can reclaim under the pod's limit. 56 MiB = the lone-launcher PSS + 24 %
-# headroom for larger VMIs (more disks and NICs to translate, bigger cloud-init data) and a
-# Sync's transient buffers. `overhead.launcherMiB` in the config overrides it.
-CH_LAUNCHER = 56 * MiB
+# Sync (simulated VMM; CPython 3.11, grpcio 1.85, pydantic 2), in several runs: PSS 45.2-48.7 MiB
+# for one launcher alone (it varies with what else maps the same libraries), 38.6 MiB with ten
+# running (they share the image's file pages); its anonymous memory, the part no other process
+# shares, 36.3-36.4 MiB; peak RSS 66.4 MiB, of which ~27 MiB are clean file pages the kernel can
+# reclaim under the pod's limit. 60 MiB = the highest lone-launcher PSS measured + 23 % headroom for larger VMIs (more disks and NICs to translate, bigger cloud-init data) and
+# a Sync's transient buffers. `overhead.launcherMiB` in the config overrides it.
+CH_LAUNCHER = 60 * MiB
 
 # The cloud-hypervisor process without guest RAM. Anchors (ecosystem.md §8.2): CH's CI fails
 # above 10 MiB RSS for a 512 MiB / 1 vCPU guest with its test devices (MAXIMUM_VMM_OVERHEAD_KB,

@@ -121,7 +121,7 @@ class Run:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-async def bench(launchers: int, idle_seconds: float, node_launchers: int = 4) -> None:
+async def bench(launchers: int, idle_seconds: float, node_launchers: int = 10) -> None:
     print(f"ch-launcher benchmark (simulated VMM, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f})")
     ready: list[float] = []
     to_running: list[float] = []
@@ -196,7 +196,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--launchers", type=int, default=10, help="fresh launchers for the start and Sync figures")
     parser.add_argument("--idle-seconds", type=float, default=30.0)
-    parser.add_argument("--node-launchers", type=int, default=4,
+    parser.add_argument("--node-launchers", type=int, default=10,
                         help="launchers running together for the shared-memory PSS figure")
     args = parser.parse_args()
     asyncio.run(bench(args.launchers, args.idle_seconds, max(2, args.node_launchers)))
