@@ -30,12 +30,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ch_launcher.kubevirt import paths
+
 if TYPE_CHECKING:  # imported at run time only when needed: --help and readiness stay fast
     from ch_launcher.manager import DomainManager
 
 log = logging.getLogger("ch_launcher")
 
-DEFAULT_CH_BINARY = "/usr/bin/cloud-hypervisor"
 FINAL_NOTIFY_WAIT = 15.0      # waitForFinalNotify: 15 s, then kill again ...
 FINAL_NOTIFY_WAIT_AFTER_KILL = 30.0  # ... and 30 s more
 EXIT_TIMEOUT = 2              # Go's panic exit status
@@ -47,10 +48,10 @@ class Settings:
     name: str = ""
     uid: str = ""
     namespace: str = ""
-    share_dir: str = "/var/run/kubevirt"
-    ephemeral_disk_dir: str = "/var/run/kubevirt-ephemeral-disks"
-    container_disk_dir: str = "/var/run/kubevirt/container-disks"
-    hotplug_disk_dir: str = "/var/run/kubevirt/hotplug-disks/"
+    share_dir: str = paths.SHARE_DIR
+    ephemeral_disk_dir: str = paths.EPHEMERAL_DISK_DIR
+    container_disk_dir: str = paths.CONTAINER_DISK_DIR
+    hotplug_disk_dir: str = paths.HOTPLUG_DISK_DIR + "/"
     grace_period_seconds: int = 30
     hook_sidecars: int = 0
     ovmf_path: str = "/usr/share/edk2/ovmf"
@@ -58,9 +59,9 @@ class Settings:
     hypervisor: str = "kvm"
     simulate_crash: bool = False
     verbosity: int = 2
-    ch_binary: str = DEFAULT_CH_BINARY
-    private_dir: str = "/var/run/kubevirt-private"
-    firmware_dir: str = "/usr/share/cloud-hypervisor"
+    ch_binary: str = paths.CH_BINARY
+    private_dir: str = paths.PRIVATE_DIR
+    firmware_dir: str = paths.FIRMWARE_DIR
     ignored: list[str] = field(default_factory=list)   # unknown flags, logged once logging is up
     accepted: dict[str, object] = field(default_factory=dict)  # flags accepted without effect
 
@@ -154,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hypervisor", default=d.hypervisor)
     p.add_argument("--simulate-crash", type=_go_bool, nargs="?", const=True, default=False)
     p.add_argument("-v", "--v", dest="verbosity", type=int, default=None, help="log verbosity (klog -v)")
-    p.add_argument("--ch-binary", default=os.environ.get("CH_BINARY") or DEFAULT_CH_BINARY,
+    p.add_argument("--ch-binary", default=os.environ.get("CH_BINARY") or paths.CH_BINARY,
                    help="cloud-hypervisor binary (env CH_BINARY)")
     p.add_argument("--private-dir", default=d.private_dir)
     p.add_argument("--firmware-dir", default=d.firmware_dir)

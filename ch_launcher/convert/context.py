@@ -16,6 +16,7 @@ from decimal import Decimal
 from ch_launcher.ch.vmconfig import VmConfig
 from ch_launcher.convert.errors import Degradation, Reason, UnsupportedFeature, UnsupportedFeatures
 from ch_launcher.convert.plan import DhcpSpec, Step
+from ch_launcher.kubevirt import paths
 from ch_launcher.kubevirt.domain import DomainDisk, DomainInterface
 from ch_launcher.kubevirt.quantity import parse_quantity
 from ch_launcher.kubevirt.vmi import Quantity, VirtualMachineInstance
@@ -36,12 +37,12 @@ class PodFacts:
 class LauncherEnv:
     """Directories of the launcher (DESIGN.md: every path derives from the flags)."""
 
-    private_dir: str = "/var/run/kubevirt-private"
-    share_dir: str = "/var/run/kubevirt"
-    ephemeral_disk_dir: str = "/var/run/kubevirt-ephemeral-disks"
-    container_disk_dir: str = "/var/run/kubevirt/container-disks"
-    hotplug_disk_dir: str = "/var/run/kubevirt/hotplug-disks"
-    firmware_dir: str = "/usr/share/cloud-hypervisor"
+    private_dir: str = paths.PRIVATE_DIR
+    share_dir: str = paths.SHARE_DIR
+    ephemeral_disk_dir: str = paths.EPHEMERAL_DISK_DIR
+    container_disk_dir: str = paths.CONTAINER_DISK_DIR
+    hotplug_disk_dir: str = paths.HOTPLUG_DISK_DIR
+    firmware_dir: str = paths.FIRMWARE_DIR
     pod: PodFacts | None = None
 
 

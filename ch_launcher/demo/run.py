@@ -18,6 +18,7 @@ import grpc
 
 from ch_launcher.demo.launcher import FAKE_CH, LauncherLayout, LauncherProcess, container_disk_images, fake_firmware
 from ch_launcher.demo.virt_handler import CmdClient, CommandError, DomainEvent, NotifyRecorder
+from ch_launcher.kubevirt import paths
 
 
 def kvm_usable() -> bool:
@@ -59,7 +60,7 @@ async def run_demo(vmi_path: str, *, out: Callable[[str], None] = print) -> int:
     layout = LauncherLayout(root).create()
     env = dict(os.environ)
     if real:
-        fw = env.get("CH_FIRMWARE_DIR", "/usr/share/cloud-hypervisor")
+        fw = env.get("CH_FIRMWARE_DIR", paths.FIRMWARE_DIR)
         for name in ("hypervisor-fw", "CLOUDHV.fd"):
             if os.path.exists(os.path.join(fw, name)):
                 shutil.copyfile(os.path.join(fw, name), layout.firmware_dir / name)

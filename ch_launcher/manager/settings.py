@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from ch_launcher.kubevirt import paths
+
 if TYPE_CHECKING:
     from ch_launcher.convert import LauncherEnv, PodFacts
 
@@ -42,13 +44,13 @@ class EventSink(Protocol):
 class ManagerSettings:
     """Where things live and how long to wait. Every path derives from the launcher's flags."""
 
-    private_dir: str = "/var/run/kubevirt-private"
-    share_dir: str = "/var/run/kubevirt"
-    ephemeral_disk_dir: str = "/var/run/kubevirt-ephemeral-disks"
-    container_disk_dir: str = "/var/run/kubevirt/container-disks"
-    hotplug_disk_dir: str = "/var/run/kubevirt/hotplug-disks"
-    firmware_dir: str = "/usr/share/cloud-hypervisor"
-    ch_binary: str = "/usr/bin/cloud-hypervisor"
+    private_dir: str = paths.PRIVATE_DIR
+    share_dir: str = paths.SHARE_DIR
+    ephemeral_disk_dir: str = paths.EPHEMERAL_DISK_DIR
+    container_disk_dir: str = paths.CONTAINER_DISK_DIR
+    hotplug_disk_dir: str = paths.HOTPLUG_DISK_DIR
+    firmware_dir: str = paths.FIRMWARE_DIR
+    ch_binary: str = paths.CH_BINARY
     name: str = ""                        # --name / --namespace / --uid: the VMI until a Sync says more
     namespace: str = ""
     uid: str = ""

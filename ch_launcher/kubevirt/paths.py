@@ -1,0 +1,13 @@
+"""Where things live in a launcher pod by default: virt-launcher's flag defaults
+(kubevirt cmd/virt-launcher/virt-launcher.go@d923fdb815cd, contract.md §7.5, §8) and the
+launcher's own (DESIGN.md "ch-launcher command line"). One copy, used by the command line, the
+manager's settings and the translator's environment; every path derives from these or the flags.
+"""
+
+PRIVATE_DIR = "/var/run/kubevirt-private"
+SHARE_DIR = "/var/run/kubevirt"
+EPHEMERAL_DISK_DIR = "/var/run/kubevirt-ephemeral-disks"
+CONTAINER_DISK_DIR = "/var/run/kubevirt/container-disks"
+HOTPLUG_DISK_DIR = "/var/run/kubevirt/hotplug-disks"  # virt-launcher writes it with a trailing "/"
+CH_BINARY = "/usr/bin/cloud-hypervisor"
+FIRMWARE_DIR = "/usr/share/cloud-hypervisor"  # hypervisor-fw (BIOS guests) and CLOUDHV.fd (EFI)
