@@ -40,7 +40,7 @@ demo: $(STAMP)
 
 # pytest's exit code 5 (no tests collected) is non-zero, so make fails on it like on any failure.
 test: $(STAMP) system-deps
-	$(VENV)/bin/lint-imports --config .importlinter
+	$(VENV)/bin/lint-imports  # finds .importlinter itself
 	$(PY) -m pytest
 
 bench: $(STAMP)
