@@ -114,6 +114,15 @@ class Translation:
     def warn(self, field_path: str, message: str) -> None:
         self.warnings.append(Degradation(field_path, message))
 
+    def device_ids(self) -> set[str]:
+        """Ids already given to devices of the config. Cloud Hypervisor needs them unique across
+        every device type (cloud-hypervisor vmm/src/config.rs@v53.0, IdentifierNotUnique)."""
+        c = self.config
+        ids: set[str] = set()
+        for devices in (c.disks, c.net, c.fs, c.devices):
+            ids.update(d.id for d in devices or () if d.id)
+        return ids
+
     def need_shared_memory(self, why: str) -> None:
         """Record that a device (virtio-fs, vhost-user, ...) needs guest memory shared."""
         self.shared_memory_reasons.append(why)

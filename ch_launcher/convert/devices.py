@@ -87,7 +87,7 @@ def _vsock(t: Translation) -> None:
 
 def _filesystems(t: Translation) -> None:
     volumes = {v.name for v in t.vmi.spec.volumes}
-    used_ids = {d.id for d in t.config.disks or [] if d.id} | {n.id for n in t.config.net or [] if n.id}
+    used_ids = t.device_ids()
     for i, fs in enumerate(t.vmi.spec.domain.devices.filesystems):
         path = f"{DEVICES}.filesystems[{i}]"
         if fs.virtiofs is None:

@@ -63,7 +63,7 @@ def configure_network(t: Translation) -> None:
     pod = _Pod(t)
     pairs = queue_pairs(t)
     device_info: dict[str, DeviceInfo] | None = None  # parsed on first need
-    used_ids = _existing_device_ids(t)
+    used_ids = t.device_ids()
 
     for i, iface in enumerate(spec.domain.devices.interfaces):
         path = f"spec.domain.devices.interfaces[{i}]"
@@ -123,13 +123,6 @@ def queue_pairs(t: Translation) -> int:
         cpu = t.vmi.spec.domain.cpu
         vcpus = (max(cpu.sockets, 1) * max(cpu.cores, 1) * max(cpu.threads, 1)) if cpu else 1
     return max(1, min(vcpus, MAX_QUEUE_PAIRS))
-
-
-def _existing_device_ids(t: Translation) -> set[str]:
-    c = t.config
-    ids = {d.id for d in c.disks or [] if d.id} | {n.id for n in c.net or [] if n.id}
-    ids |= {f.id for f in c.fs or [] if f.id} | {d.id for d in c.devices or [] if d.id}
-    return ids
 
 
 def _check_network_source(t: Translation, j: int, net: Network) -> bool:
