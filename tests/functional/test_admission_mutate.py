@@ -29,23 +29,11 @@ def api(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def tls(tmp_path_factory):
-    return make_tls(tmp_path_factory.mktemp("tls"))
-
-
-@pytest.fixture(scope="module")
 def server(api, tls):
     s = AdmissionServer(["--tls-cert-file", str(tls["cert"]), "--tls-private-key-file", str(tls["key"]),
                          "--config", str(CONFIG), "--kubeconfig", api.kubeconfig]).start()
     yield s
     assert s.stop() == 0, "\n".join(s.log)
-
-
-@pytest.fixture(scope="module")
-def https(tls):
-    session = client(tls["ca"])
-    yield session
-    session.close()
 
 
 def a_vmi(name, namespace="ns1", **kw):

@@ -15,7 +15,7 @@ import yaml
 
 from admission.selection import ANNOTATION, VALUE
 from tests.conftest import KUBEVIRT_EXAMPLES, require_shared
-from tests.functional.admission_harness import CONFIG, AdmissionServer, client, make_tls, post_review
+from tests.functional.admission_harness import CONFIG, AdmissionServer, post_review
 from tests.unit.admission import builders as b
 
 VMI_KINDS = {"VirtualMachineInstance": "", "VirtualMachine": "spec.template.",
@@ -25,23 +25,11 @@ BASELINES = {"vmi-fedora", "vmi-masquerade", "vmi-ephemeral", "vmi-nocloud"}  # 
 
 
 @pytest.fixture(scope="module")
-def tls(tmp_path_factory):
-    return make_tls(tmp_path_factory.mktemp("tls"))
-
-
-@pytest.fixture(scope="module")
 def server(tls):
     s = AdmissionServer(["--tls-cert-file", str(tls["cert"]), "--tls-private-key-file", str(tls["key"]),
                          "--config", str(CONFIG)]).start()
     yield s
     assert s.stop() == 0, "\n".join(s.log)
-
-
-@pytest.fixture(scope="module")
-def https(tls):
-    session = client(tls["ca"])
-    yield session
-    session.close()
 
 
 def examples():
