@@ -6,8 +6,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
 # Debian packages the tests use (command:package): busybox (udhcpc plays the guest's DHCP client),
-# qemu-utils (qemu-img checks the qcow2 overlays we write), iproute2 (network namespaces).
-TEST_TOOLS := busybox:busybox qemu-img:qemu-utils ip:iproute2
+# qemu-utils (qemu-img checks the qcow2 overlays we write), iproute2 (network namespaces),
+# binutils (assembles the tiny guest, tests/guest/).
+TEST_TOOLS := busybox:busybox qemu-img:qemu-utils ip:iproute2 as:binutils
 # ... and the benchmarks: wrk (bench/admission.py's load generator).
 BENCH_TOOLS := wrk:wrk
 
