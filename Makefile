@@ -37,7 +37,7 @@ system-deps:
 	fi
 
 demo: $(STAMP)
-	$(PY) -m ch_launcher.demo examples/vmi-demo.yaml
+	$(PY) -m demo examples/vmi-demo.yaml
 
 # pytest's exit code 5 (no tests collected) is non-zero, so make fails on it like on any failure.
 test: $(STAMP) system-deps

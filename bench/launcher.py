@@ -31,7 +31,7 @@ import time
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ch_launcher.demo import (  # noqa: E402
+from demo import (  # noqa: E402
     FAKE_CH, CmdClient, LauncherLayout, LauncherProcess, NotifyRecorder, container_disk_images, fake_firmware,
 )
 from tests.functional.harness import make_vmi  # noqa: E402

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ch_launcher.demo import (
+from demo import (
     FAKE_CH, CmdClient, LauncherLayout, LauncherProcess, NotifyRecorder, container_disk_images, fake_firmware,
 )
 

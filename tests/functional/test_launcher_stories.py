@@ -496,7 +496,7 @@ def _request_for(rpc, vmi_json):
 
 def test_every_rpc_answers_within_its_deadline_and_failures_say_why(vh):
     from ch_launcher._proto import kubevirt_cmd_v1_pb2 as pb
-    from ch_launcher.demo import DEADLINES
+    from demo import DEADLINES
 
     async def story():
         await vh.boot()

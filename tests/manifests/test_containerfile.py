@@ -52,13 +52,33 @@ def test_every_copied_path_exists_in_the_repository_or_an_earlier_stage():
         seen.append(stage.name)
 
 
+def venv_stage(target: str):
+    """The stage whose virtualenv the target copies in (COPY --from=STAGE /opt/kubevirt-ch)."""
+    (source,) = [from_stage for rest in CONTAINERFILE.stage(target).all("COPY")
+                 for sources, dest, from_stage in [copy_sources(rest)]
+                 if from_stage and sources == ["/opt/kubevirt-ch"] and dest == "/opt/kubevirt-ch"]
+    return CONTAINERFILE.stage(source)
+
+
 def test_the_package_is_built_from_everything_it_needs():
     """pip builds the wheel from pyproject.toml, the README it names, and the packages it finds."""
-    (build,) = [s for s in CONTAINERFILE.stages.values() if "pip install" in s.run_text() and " ." in s.run_text()]
-    copied = {src.rstrip("/") for rest in build.all("COPY") for src in copy_sources(rest)[0]}
-    assert {"pyproject.toml", PYPROJECT["project"]["readme"]} <= copied
-    packages = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
-    assert {p.rstrip("*") for p in packages} <= copied
+    for target in ("launcher", "admission"):
+        build = venv_stage(target)
+        copied = {src.rstrip("/") for stage in (build, CONTAINERFILE.stages.get(build.base)) if stage
+                  for rest in stage.all("COPY") for src in copy_sources(rest)[0]}
+        assert {"pyproject.toml", PYPROJECT["project"]["readme"]} <= copied, target
+        packages = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
+        assert {p.rstrip("*") for p in packages} <= copied, target
+
+
+@pytest.mark.parametrize("target", ["launcher", "admission"])
+def test_each_image_installs_only_the_extra_of_its_own_process(target):
+    """`pip install '.[launcher]'` for the launcher image, `'.[admission]'` for the admission one:
+    no image carries the other's dependencies (tests/unit/test_packaging.py checks the imports)."""
+    assert target in PYPROJECT["project"]["optional-dependencies"], f"pyproject.toml has no extra {target!r}"
+    installs = re.findall(r"/opt/kubevirt-ch/bin/pip install [^&]*?'\.\[([\w,]+)\]'", venv_stage(target).run_text())
+    assert installs == [target]
+    assert "python -m venv /opt/kubevirt-ch" in venv_stage(target).run_text()
 
 
 @pytest.mark.parametrize("target,script", [("launcher", "ch-launcher"), ("admission", "ch-admission")])
@@ -67,9 +87,9 @@ def test_each_image_runs_its_console_script_from_usr_bin(target, script):
     stage = CONTAINERFILE.stage(target)
     assert f"ln -s /opt/kubevirt-ch/bin/{script} /usr/bin/{script}" in stage.run_text()
     assert stage.exec_form("ENTRYPOINT") == [f"/usr/bin/{script}"]
-    # the virtualenv that holds the script is the one both targets start from
+    # the virtualenv that holds the script is copied in from a stage of the same base image
     assert stage.base == "python-runtime"
-    assert "python -m venv /opt/kubevirt-ch" in CONTAINERFILE.stage("python-build").run_text()
+    assert CONTAINERFILE.stage("python-runtime").base == CONTAINERFILE.stage(venv_stage(target).base).base
 
 
 def test_the_launcher_image_and_command_are_the_ones_the_pod_mutator_configures(default_install):

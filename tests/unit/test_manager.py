@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ch_launcher.demo import FAKE_CH, LauncherLayout, container_disk_images, fake_firmware
+from demo import FAKE_CH, LauncherLayout, container_disk_images, fake_firmware
 from ch_launcher.kubevirt.vmi import parse_vmi
 from ch_launcher.lifecycle import Intent, VmState
 from ch_launcher.manager import CommandFailed, DomainManager, ManagerSettings, read_pod_facts

@@ -1,7 +1,12 @@
 """`make demo`: run a VMI YAML file through the real launcher without a cluster, and the
 virt-handler stand-in the functional tests and the benchmark reuse.
 
-    python -m ch_launcher.demo examples/vmi-demo.yaml
+    python -m demo examples/vmi-demo.yaml      # from the root of a clone
+
+A developer tool of the checkout, not part of either image: it runs the launcher from the
+checkout and the simulated VMM from `tests/fakes/`, so it lives beside `ch_launcher/` and
+is not in the wheel (an import-linter contract keeps ch_launcher and admission from
+importing it).
 
 The demo starts `ch-launcher` as a real process with every path in a temporary directory and
 plays virt-handler: a Notify server on `<share-dir>/domain-notify-pipe.sock` that records (and
@@ -20,10 +25,10 @@ Notify side; `CmdClient`, its Cmd side with its deadlines), `run` (the demo). Th
 pieces are re-exported here.
 """
 
-from ch_launcher.demo.launcher import (
+from demo.launcher import (
     FAKE_CH, REPO, LauncherLayout, LauncherProcess, container_disk_images, fake_firmware,
 )
-from ch_launcher.demo.virt_handler import DEADLINES, CmdClient, CommandError, DomainEvent, NotifyRecorder
+from demo.virt_handler import DEADLINES, CmdClient, CommandError, DomainEvent, NotifyRecorder
 
 __all__ = ["DEADLINES", "FAKE_CH", "REPO", "CmdClient", "CommandError", "DomainEvent", "LauncherLayout",
            "LauncherProcess", "NotifyRecorder", "container_disk_images", "fake_firmware"]

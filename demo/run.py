@@ -16,8 +16,8 @@ from typing import Any
 
 import grpc
 
-from ch_launcher.demo.launcher import FAKE_CH, LauncherLayout, LauncherProcess, container_disk_images, fake_firmware
-from ch_launcher.demo.virt_handler import CmdClient, CommandError, DomainEvent, NotifyRecorder
+from demo.launcher import FAKE_CH, LauncherLayout, LauncherProcess, container_disk_images, fake_firmware
+from demo.virt_handler import CmdClient, CommandError, DomainEvent, NotifyRecorder
 from ch_launcher.kubevirt import paths
 
 
