@@ -1,0 +1,43 @@
+"""Fixtures of the API-server tests (how to use them: tests/apiserver/cluster.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.apiserver.cluster import Cluster, unavailable
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    """One control plane for the whole run, with virt-api, the add-on installed and its server
+    running; its KubeVirt CR sets `workloadUpdateMethods: [LiveMigrate]` (HyperConverged's
+    default). Tests may add objects, stop the server (`admission_stopped()`), but must leave the
+    add-on installed."""
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    c = Cluster(tmp_path_factory.mktemp("apiserver"))
+    try:
+        c.start_all()
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="module")
+def make_cluster(tmp_path_factory):
+    """`make_cluster(**start_all_kwargs)`: a control plane of the calling module's own, for
+    stories that change the cluster (uninstall, other KubeVirt settings). Closed after the module."""
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    made: list[Cluster] = []
+
+    def make(**kwargs) -> Cluster:
+        c = Cluster(tmp_path_factory.mktemp("apiserver"))
+        made.append(c)
+        return c.start_all(**kwargs)
+
+    yield make
+    for c in made:
+        c.close()

@@ -1,0 +1,122 @@
+"""`kubectl apply -k addon_manifests/` on a real API server: what it prints, what it grants, and
+that applying it again changes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.apiserver
+
+SA = "system:serviceaccount:kubevirt-ch:ch-admission"
+INSTALLED = [
+    "validatingwebhookconfiguration.admissionregistration.k8s.io/kubevirt-ch-validator",
+    "mutatingwebhookconfiguration.admissionregistration.k8s.io/kubevirt-ch-launcher-mutator",
+    "namespace/kubevirt-ch",
+    "serviceaccount/ch-admission",
+    "clusterrole.rbac.authorization.k8s.io/kubevirt-ch:ch-admission",
+    "clusterrolebinding.rbac.authorization.k8s.io/kubevirt-ch:ch-admission",
+    "clusterrole.rbac.authorization.k8s.io/kubevirt-ch:ch-admission-cabundle",
+    "clusterrolebinding.rbac.authorization.k8s.io/kubevirt-ch:ch-admission-cabundle",
+    "role.rbac.authorization.k8s.io/ch-admission-certs",
+    "rolebinding.rbac.authorization.k8s.io/ch-admission-certs",
+    "configmap/ch-admission-config",
+    "priorityclass.scheduling.k8s.io/kubevirt-ch-critical",
+    "deployment.apps/ch-admission",
+    "service/ch-admission",
+    "poddisruptionbudget.policy/ch-admission",
+    "validatingadmissionpolicy.admissionregistration.k8s.io/kubevirt-ch-unserved-namespaces",
+    "validatingadmissionpolicybinding.admissionregistration.k8s.io/kubevirt-ch-unserved-namespaces",
+]
+
+
+def test_the_install_creates_the_webhooks_first_and_nothing_warns(cluster):
+    """In the kustomization's own order (webhook configurations first), and without a single
+    warning: the Deployment passes the namespace's Pod Security `restricted` profile."""
+    assert cluster.install_output.without_sort_notice() == [f"{name} created" for name in INSTALLED]
+
+
+def test_applying_again_changes_nothing(cluster):
+    """Every object `unchanged`, except the PodDisruptionBudget: kubectl's client-side apply always
+    sends a PDB's spec.selector whole (its patch strategy is `replace`: apimachinery
+    pkg/util/strategicpatch handleMapDiff), so kubectl prints `configured` for it although the
+    API server stores nothing new."""
+    before = cluster.json("get", "pdb", "ch-admission", "-n", "kubevirt-ch")["metadata"]
+    again = cluster.kubectl("apply", "-k", "addon_manifests/")
+    assert again.rc == 0
+    expected = [f"{name} unchanged" for name in INSTALLED]
+    expected[INSTALLED.index("poddisruptionbudget.policy/ch-admission")] = "poddisruptionbudget.policy/ch-admission configured"
+    assert again.without_sort_notice() == expected
+    after = cluster.json("get", "pdb", "ch-admission", "-n", "kubevirt-ch")["metadata"]
+    assert (after["resourceVersion"], after["generation"]) == (before["resourceVersion"], before["generation"])
+    diff = cluster.kubectl("diff", "-k", "addon_manifests/")
+    assert (diff.rc, diff.without_sort_notice()) == (0, [])
+
+
+def test_the_server_injected_its_ca_into_both_webhook_configurations(cluster):
+    secret = cluster.json("get", "secret", "ch-admission-tls", "-n", "kubevirt-ch")
+    for kind, name in (("validatingwebhookconfiguration", "kubevirt-ch-validator"),
+                       ("mutatingwebhookconfiguration", "kubevirt-ch-launcher-mutator")):
+        for hook in cluster.json("get", kind, name)["webhooks"]:
+            assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"], hook["name"]
+
+
+@pytest.mark.parametrize("policy", ["kubevirt-ch-unserved-namespaces", "kubevirt-ch-guard"])
+def test_the_policies_type_check_without_warnings(cluster, policy):
+    """kube-controller-manager type-checks every expression against the real schemas (KubeVirt's
+    CRDs, Pod); a field that does not exist would be an expressionWarning."""
+    if policy == "kubevirt-ch-guard":
+        cluster.ok("apply", "-k", "addon_manifests/guard/")
+    try:
+        status = cluster.wait_for(
+            lambda: (cluster.json("get", "validatingadmissionpolicy", policy).get("status") or {}).get("typeChecking")
+            is not None and cluster.json("get", "validatingadmissionpolicy", policy)["status"],
+            f"the type check of {policy}")
+        generation = cluster.json("get", "validatingadmissionpolicy", policy)["metadata"]["generation"]
+        assert status == {"observedGeneration": generation, "typeChecking": {}}
+    finally:
+        if policy == "kubevirt-ch-guard":
+            cluster.ok("delete", "-k", "addon_manifests/guard/")
+
+
+def rules(cluster, namespace: str) -> list[str]:
+    """The resource rows of `kubectl auth can-i --list` as the ServiceAccount (the non-resource
+    URLs and self-reviews are Kubernetes' defaults for every authenticated user)."""
+    out = cluster.ok("auth", "can-i", "--list", f"--as={SA}", "-n", namespace).splitlines()
+    assert out[0].split() == ["Resources", "Non-Resource", "URLs", "Resource", "Names", "Verbs"]
+    rows = [" ".join(line.split()) for line in out[1:] if not line.startswith(" ")]
+    return sorted(r for r in rows if not r.startswith("self"))
+
+
+def test_the_service_account_has_exactly_its_intended_rights(cluster):
+    cluster_wide = [
+        "kubevirts.kubevirt.io [] [] [get]",
+        "mutatingwebhookconfigurations.admissionregistration.k8s.io [] [kubevirt-ch-launcher-mutator] [get patch]",
+        "validatingwebhookconfigurations.admissionregistration.k8s.io [] [kubevirt-ch-validator] [get patch]",
+        "virtualmachineinstances.kubevirt.io [] [] [get]",
+    ]
+    assert rules(cluster, "default") == cluster_wide
+    assert rules(cluster, "kubevirt-ch") == sorted(cluster_wide + [
+        "secrets [] [] [create]",
+        "secrets [] [ch-admission-tls] [get update]",
+    ])
+
+
+@pytest.mark.parametrize("question, answer", [
+    ("get virtualmachineinstances.kubevirt.io -A", "yes"),
+    ("list virtualmachineinstances.kubevirt.io -A", "no"),
+    ("update virtualmachineinstances.kubevirt.io -n default", "no"),
+    ("get kubevirts.kubevirt.io/kubevirt -n kubevirt", "yes"),
+    ("patch kubevirts.kubevirt.io/kubevirt -n kubevirt", "no"),
+    ("patch validatingwebhookconfigurations/kubevirt-ch-validator -A", "yes"),
+    ("patch validatingwebhookconfigurations/virt-api-validator -A", "no"),
+    ("patch mutatingwebhookconfigurations/virt-api-mutator -A", "no"),
+    ("get secrets/ch-admission-tls -n kubevirt-ch", "yes"),
+    ("get secrets/kubevirt-virt-handler-certs -n kubevirt", "no"),
+    ("list secrets -n kubevirt-ch", "no"),
+    ("create secrets -n default", "no"),
+    ("create events -n kubevirt", "no"),
+    ("create pods -n default", "no"),
+])
+def test_kubectl_auth_can_i_as_the_service_account(cluster, question, answer):
+    r = cluster.kubectl("auth", "can-i", *question.split(), f"--as={SA}")
+    assert (r.out, r.rc) == (f"{answer}\n", 0 if answer == "yes" else 1)
