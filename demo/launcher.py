@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,9 +111,10 @@ class LauncherProcess:
 
     def __init__(self, layout: LauncherLayout, *, name: str, namespace: str, uid: str, ch_binary: str,
                  grace_period_seconds: int = 30, qemu_timeout: str = "60s", extra_args: Sequence[str] = (),
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None,
+                 wrap: Callable[[list[str]], list[str]] | None = None) -> None:
         self.layout = layout
-        self.argv = [
+        argv = [
             sys.executable, "-m", "ch_launcher.cli",
             "--qemu-timeout", qemu_timeout, "--name", name, "--uid", uid, "--namespace", namespace,
             "--kubevirt-share-dir", str(layout.share_dir), "--ephemeral-disk-dir", str(layout.ephemeral_disk_dir),
@@ -122,6 +123,8 @@ class LauncherProcess:
             "--ch-binary", ch_binary, "--private-dir", str(layout.private_dir),
             "--firmware-dir", str(layout.firmware_dir), *extra_args,
         ]
+        # `wrap` turns the argv into the one to execute (tests: a pod sandbox's user and namespaces)
+        self.argv = wrap(argv) if wrap is not None else argv
         self.env = dict(os.environ if env is None else env)
         self.env.setdefault("PYTHONPATH", str(REPO))
         self.popen: subprocess.Popen[bytes] | None = None

@@ -4,8 +4,9 @@ What each binding becomes on Cloud Hypervisor (decisions in the README feature t
 
 - `masquerade` (pod network) and `bridge` (pod or Multus network): a virtio-net device on the tap
   virt-handler created in phase 1 (`tap0`, or `tap<suffix>` for a secondary network, see
-  `podnet`), the MTU of that tap, and a DHCP server on the in-pod bridge (`Plan.dhcp`) as
-  virt-launcher runs it (`pkg/network/setup/launcher/configurator.go@d923fdb815cd`).
+  `podnet`), no `mtu` (the VMM keeps the MTU virt-handler gave the tap and offers it to the
+  guest), and a DHCP server on the in-pod bridge (`Plan.dhcp`) as virt-launcher runs it
+  (`pkg/network/setup/launcher/configurator.go@d923fdb815cd`).
 - `sriov`: a VFIO device at the VF's sysfs path; the PCI address comes from the pod's
   network-info file as upstream reads it (`netinfo`). virt-handler itself rejects VFIO for a
   non-QEMU launcher, so `policy` refuses these VMIs; the translation is kept for when it can run.
@@ -189,16 +190,10 @@ def _pod_interface(t: Translation, path: str, iface: Interface, net: Network, po
     return name
 
 
-def _mtu(t: Translation, path: str, pod: _Pod, *links: str) -> int | None:
-    for link in links:
-        if link in pod.mtu:
-            mtu = pod.mtu[link]
-            if mtu < podnet.MIN_MTU:
-                t.unsupported(path, f"{path}: the pod link {link} has MTU {mtu}, below the {podnet.MIN_MTU} "
-                              f"Cloud Hypervisor accepts", "FieldValueInvalid")
-                return None
-            return mtu
-    return None
+def _pod_mtu(pod: _Pod, *links: str) -> int | None:
+    """The MTU of the first of `links` the pod has (the tap's, virt-handler set it from the pod
+    interface), for the Domain and DHCP; never sent to Cloud Hypervisor (see `_tap_interface`)."""
+    return next((pod.mtu[link] for link in links if link in pod.mtu), None)
 
 
 def _tap_interface(t: Translation, i: int, path: str, iface: Interface, net_index: int, net: Network,
@@ -224,9 +219,14 @@ def _tap_interface(t: Translation, i: int, path: str, iface: Interface, net_inde
                       f"managedTap, gives no tap Cloud Hypervisor can open)", "FieldValueNotFound")
         return
     mac = _guest_mac(t, iface, pod, pod_interface)
-    mtu = _mtu(t, path, pod, tap, pod_interface)
+    mtu = _pod_mtu(pod, tap, pod_interface)
+    # No NetConfig.mtu: Cloud Hypervisor v53 sets the tap's MTU whenever it is given (SIOCSIFMTU,
+    # even to the value the tap has), which needs CAP_NET_ADMIN, and the compute container runs
+    # the VMM without any capability. Without it, CH reads the MTU of the tap virt-handler made
+    # (SIOCGIFMTU) and still offers it to the guest as VIRTIO_NET_F_MTU
+    # (cloud-hypervisor virtio-devices/src/net.rs@v53 `new_with_tap`, net_util/src/open_tap.rs@v53).
     t.config.net = [*(t.config.net or []),
-                    NetConfig(id=iface.name, tap=tap, mac=mac, mtu=mtu, num_queues=2 * pairs)]
+                    NetConfig(id=iface.name, tap=tap, mac=mac, num_queues=2 * pairs)]
     t.interfaces.append(DomainInterface(alias=iface.name, mac=mac, tap=tap, mtu=mtu,
                                         queues=pairs if pairs > 1 else None))
     if not dhcp:

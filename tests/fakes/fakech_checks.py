@@ -14,6 +14,7 @@ import socket
 import urllib.parse
 from typing import Any
 
+import fakech_tap
 import fakech_yaml
 
 MAX_SUPPORTED_CPUS = 8192  # x86_64 KVM
@@ -274,9 +275,21 @@ def _connect(path: str) -> None:
         s.close()
 
 
-def create_devices(config: dict[str, Any]) -> None:
+def create_devices(config: dict[str, Any]) -> list[int]:
     """The checks `Vm::new` makes against the host: payload files, disk images (type detected
-    and written back), vhost-user and virtio-fs sockets. Raises DeviceError."""
+    and written back), taps (opened for real, `fakech_tap`), vhost-user and virtio-fs sockets.
+    Returns the fds the VM keeps (its taps). Raises DeviceError."""
+    fds: list[int] = []
+    try:
+        _create_devices(config, fds)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds
+
+
+def _create_devices(config: dict[str, Any], fds: list[int]) -> None:
     payload = config.get("payload") or {}
     for key, text in (("firmware", "Error manipulating firmware file"), ("kernel", "Cannot open kernel file"),
                       ("initramfs", "Cannot open initramfs file")):  # fmt: skip
@@ -309,7 +322,15 @@ def create_devices(config: dict[str, Any]) -> None:
             )
     for net in config.get("net") or []:
         if net.get("vhost_user"):
-            _backend(net.get("vhost_socket"), "Cannot create vhost-user-net device")
+            if net.get("vhost_mode") == "Server":
+                _serve_backend(net.get("vhost_socket"), "Cannot create vhost-user-net device")
+            else:
+                _backend(net.get("vhost_socket"), "Cannot create vhost-user-net device")
+            continue
+        try:
+            fds.extend(fakech_tap.open_tap(net))
+        except fakech_tap.TapError as exc:
+            raise DeviceError(*exc.chain) from None
     for fs in config.get("fs") or []:
         _backend(fs.get("socket"), "Cannot create virtio-fs device")
     for dev in config.get("devices") or []:
@@ -317,6 +338,26 @@ def create_devices(config: dict[str, Any]) -> None:
         if path and not os.path.exists(path):
             raise DeviceError("Error from device manager", "Failed to create VFIO device",
                               f"No such file or directory: {path}")  # fmt: skip
+
+
+def _serve_backend(path: str | None, what: str) -> None:
+    """Server mode (`vhost_mode: Server`): CH binds the socket and blocks in accept() until the
+    backend connects (`connect_vhost_user` in `virtio-devices/src/vhost_user/vu_common_ctrl.rs`)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        try:
+            listener.bind(path or "")
+            listener.listen(1)
+        except OSError as exc:
+            raise DeviceError("Error from device manager", what, "Failed binding vhost-user socket",
+                              io_error(exc)) from None
+        try:
+            conn, _ = listener.accept()
+        except OSError as exc:
+            raise DeviceError("Error from device manager", what, "Failed accepting connection", io_error(exc)) from None
+        conn.close()
+    finally:
+        listener.close()
 
 
 def _backend(path: str | None, what: str) -> None:

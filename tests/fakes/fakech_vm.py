@@ -280,7 +280,7 @@ class Vmm:
         candidate = copy.deepcopy(self.config)
         counter = self.assign_ids(candidate)
         try:
-            checks.create_devices(candidate)
+            held = checks.create_devices(candidate)
         except checks.DeviceError as exc:
             raise self.fail(endpoint, *exc.chain) from None
         # Ids (and autodetected image types) are written back into the stored config.
@@ -288,6 +288,7 @@ class Vmm:
         self.config.update(candidate)
         self.id_counter = counter
         vm = Vm(self.config)
+        vm.lock_fds.extend(held)  # the taps stay open while the VM exists
         if pty is not None:
             self.config.setdefault("serial", {})["file"] = pty
         self.allocate_bdfs(vm)
@@ -560,9 +561,10 @@ class Vmm:
             dev["id"] = f"{prefix}{self.id_counter}"
             self.id_counter += 1
         try:
-            checks.create_devices({key: [dev] if is_list else dev, "memory": candidate.get("memory")})
+            held = checks.create_devices({key: [dev] if is_list else dev, "memory": candidate.get("memory")})
         except checks.DeviceError as exc:
             raise self.fail(endpoint, *exc.chain) from None
+        self.vm.lock_fds.extend(held)  # a hot-added NIC's taps, closed with the VM
         if key == "disks" and dev.get("path") and not dev.get("vhost_user"):
             try:
                 self.vm.lock_fds.append(_lock_image(dev["path"], bool(dev.get("readonly"))))

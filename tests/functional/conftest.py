@@ -1,4 +1,4 @@
-"""Fixtures shared by the functional tests of the admission server."""
+"""Fixtures shared by the functional tests: the admission server's TLS, and launcher pods (pod_fixtures)."""
 
 from __future__ import annotations
 
@@ -19,3 +19,6 @@ def https(tls):
     session = client(tls["ca"])
     yield session
     session.close()
+
+# Launcher stories in a pod sandbox (uid 107, the pod's network namespace), simulated and real VMM.
+from tests.functional.pod_fixtures import launch, pod, vmm_kind  # noqa: E402, F401

@@ -19,11 +19,14 @@ import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from demo import (
     FAKE_CH, CmdClient, LauncherLayout, LauncherProcess, NotifyRecorder, container_disk_images, fake_firmware,
 )
+
+if TYPE_CHECKING:
+    from tests.functional.pod_sandbox import PodSandbox
 
 T = TypeVar("T")
 
@@ -96,9 +99,12 @@ class Harness:
 
     def __init__(self, *, vmi: dict[str, Any] | None = None, env: dict[str, str] | None = None,
                  grace_period_seconds: int = 45, qemu_timeout: str = "60s", notify: bool = True,
-                 real: RealVmm | None = None) -> None:
+                 real: RealVmm | None = None, pod: PodSandbox | None = None) -> None:
         self.runner = asyncio.Runner()
-        self.root = Path(tempfile.mkdtemp(prefix="kc", dir="/tmp"))
+        # In a pod sandbox the launcher runs as the compute container (uid 107, its own network
+        # namespace): its directories are the pod's, under the sandbox's root.
+        self.pod = pod
+        self.root = Path(tempfile.mkdtemp(prefix="kc", dir="/tmp")) if pod is None else pod.root / "l"
         self.layout = LauncherLayout(self.root).create()
         self.vmi = vmi or make_vmi()
         self.request_log = self.root / "requests.jsonl"
@@ -119,6 +125,8 @@ class Harness:
                 if (real.firmware_dir / name).exists():
                     shutil.copyfile(real.firmware_dir / name, self.layout.firmware_dir / name)
             container_disk_images(self.vmi, self.layout, image=str(real.image))
+        if pod is not None:
+            pod.own(self.root)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.runner.run(coro)
@@ -126,11 +134,14 @@ class Harness:
     async def start(self, *, wait_ready: bool = True) -> Harness:
         if self.with_notify:
             await self.recorder.start()
+            if self.pod is not None:  # virt-handler's socket, dialled by the pod's user
+                self.pod.own(self.layout.notify_socket)
         meta = self.vmi["metadata"]
         self.launcher = LauncherProcess(self.layout, name=meta["name"], namespace=meta["namespace"],
                                         uid=meta["uid"], ch_binary=self.ch_binary, env=self.env,
                                         grace_period_seconds=self.grace_period_seconds,
-                                        qemu_timeout=self.qemu_timeout).start()
+                                        qemu_timeout=self.qemu_timeout,
+                                        wrap=self.pod.command if self.pod is not None else None).start()
         if wait_ready:
             await self.launcher.wait_ready(15.0)
             self.client = CmdClient(self.layout.cmd_socket)

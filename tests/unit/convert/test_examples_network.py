@@ -75,7 +75,8 @@ def test_multus_example_in_its_pod_takes_pod_macs_and_mtus():
     verdict = check(BY_NAME["vmi-multus-multiple-net"], LauncherEnv(pod=pod))
     assert verdict.allowed, [p.message for p in verdict.problems]
     assert [(n.tap, n.mac, n.mtu) for n in verdict.plan.config.net] == [
-        ("tap0", "0a:58:0a:f4:01:05", 1450), ("tape31d7ce2712", "0a:00:00:00:00:07", 9000)]
+        ("tap0", "0a:58:0a:f4:01:05", None), ("tape31d7ce2712", "0a:00:00:00:00:07", None)]
+    assert [i.mtu for i in verdict.plan.interfaces] == [1450, 9000]
 
 
 def test_sriov_example_in_its_pod_translates_the_vf_but_policy_still_refuses_it():

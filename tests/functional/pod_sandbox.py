@@ -1,0 +1,515 @@
+"""A launcher pod's privileges and network, reproduced on one machine for the real-VMM tests.
+
+What the compute container of a KubeVirt launcher pod gives ch-launcher and cloud-hypervisor,
+and how it is reproduced here (facts from `kubevirt/kubevirt @d923fdb815cd`):
+
+- **User and capabilities.** A non-root VMI's compute container runs as uid/gid 107
+  (`pkg/virt-controller/services/template.go`: `computePodSecurityContext`; `rendercontainer.go`:
+  `securityContext` sets runAsUser/runAsGroup 107 and `allowPrivilegeEscalation: false`), with
+  `capabilities: {drop: [ALL], add: [NET_BIND_SERVICE]}` (`requiredCapabilities`,
+  `WithDropALLCapabilities`). The container runtime therefore starts the entrypoint with bounding,
+  permitted and effective sets {NET_BIND_SERVICE}, no inheritable or ambient capability, and
+  no_new_privs. A non-root process loses permitted capabilities at execve unless the file it
+  executes carries them: KubeVirt puts `cap_net_bind_service` on `virt-launcher-monitor` as a file
+  capability (`cmd/virt-launcher/BUILD.bazel`: `xattrs`), which then hands it to virt-launcher as
+  an *ambient* capability (`cmd/virt-launcher-monitor/virt-launcher-monitor.go`: `AmbientCaps`).
+  ch-launcher's image (`Containerfile`) puts `cap_net_bind_service=+ep` on the Python interpreter
+  instead, with no ambient set, so the launcher holds NET_BIND_SERVICE and the cloud-hypervisor
+  it executes holds no capability at all.
+  Reproduced with `setpriv --reuid 107 --regid 107 --clear-groups --bounding-set
+  -all,+net_bind_service --no-new-privs` executing a copy of this interpreter that carries the
+  file capability `cap_net_bind_service=+ep` (`setcap`). The result is checked at start
+  (`check_privileges`): the launcher has exactly NET_BIND_SERVICE, its children none.
+- **Network.** virt-handler builds the pod's network before the first Sync, as root in the pod's
+  network namespace (`pkg/network/setup/netpod/netpod.go`): masquerade: the in-pod bridge
+  `k6t-eth0` (MAC 02:00:00:00:00:00, the pod MTU, 10.0.2.1/24) and the tap; bridge: the pod link
+  renamed `<name>-nic` and enslaved, a dummy keeping the pod's name, MAC and address, the bridge
+  with 169.254.75.1<i>/32, virt-handler's DHCP cache file; every tap is created by
+  `virt-chroot create-tap` (`cmd/virt-chroot/tap-device-maker.go`): owner and group 107,
+  `vnet_hdr`, `multi_queue` when it has more than one queue, the pod MTU, up, enslaved to the
+  bridge. Reproduced in a fresh network namespace (`ip netns add`, named with the pid) with
+  `ip` as root; the launcher runs under `ip netns exec`, which also remounts `/sys`, so
+  `/sys/class/net` lists the namespace's links. Pod links are veths with a dangling peer (not
+  every kernel has dummy links). A guest stand-in (`guest_port`): a veth enslaved to the bridge
+  whose peer, in a second namespace, carries the guest's MAC, for busybox `udhcpc`.
+- **Devices.** The device plugins (`pkg/virt-handler/device-manager/device_controller.go`:
+  `PermanentHostDevicePlugins`) hand the host's `/dev/kvm` and `/dev/net/tun` to the container
+  unchanged; `/dev/net/tun` is 0666 on every distribution and virt-handler's node labeller makes
+  `/dev/kvm` o+rw (`cmd/virt-launcher/node-labeller/node-labeller.sh`). Reproduced without
+  touching the host's nodes: the launcher's mount namespace (the one `ip netns exec` creates)
+  gets a container's `/dev` (a tmpfs with null, zero, full, random, urandom, tty, pts, shm),
+  nodes of the same numbers as the host's kvm and net/tun with mode 0666, and the pod's block
+  PVCs at `/dev/<volume>` (loop devices, owned by 107: `block_device`).
+- **Files.** `/etc/resolv.conf` is the pod's (kubelet's, bind-mounted). The pod's directories
+  (share dir, private dir, disks) are the pod's, owned by 107 (`own`). Paths of this machine
+  the launcher needs but 107 cannot reach (an interpreter under a 0700 home directory) are made
+  reachable in the launcher's mount namespace only: the blocking directory is covered by a tmpfs
+  holding bind mounts of just the needed entries.
+
+Everything lives under one short temporary root. `close()` (also on failure, and idempotent)
+kills every process left in the namespaces, deletes them, detaches the loop devices it attached
+and removes the root; the mounts live only in the launchers' own mount namespaces.
+
+Needs root, `ip` (iproute2), `setpriv` (util-linux) and `setcap` (libcap2-bin);
+`missing_requirements()` says what is absent.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import site
+import socket
+import stat
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+POD_UID = 107  # util.NonRootUID
+NET_BIND_SERVICE = 10
+MASQUERADE_BRIDGE_MAC = "02:00:00:00:00:00"  # link.StaticMasqueradeBridgeMAC
+POD_MAC = "0a:58:0a:f4:01:05"
+REPO = Path(__file__).resolve().parents[2]
+DEVICES = ("/dev/kvm", "/dev/net/tun")
+# kubelet's resolv.conf for a pod in namespace "default" (ClusterFirst DNS policy)
+POD_RESOLV_CONF = ("search default.svc.cluster.local svc.cluster.local cluster.local\n"
+                   "nameserver 10.96.0.10\noptions ndots:5\n")
+
+
+def missing_requirements() -> str | None:
+    """Why a sandbox cannot be built here (for a skip reason), or None."""
+    if os.geteuid() != 0:
+        return "needs root to build a pod sandbox (network namespaces, taps, setpriv); CI runs as root"
+    for tool, package in (("ip", "iproute2"), ("setpriv", "util-linux"), ("setcap", "libcap2-bin")):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (Debian package {package}; `make test` installs it as root)"
+    return None
+
+
+def run(*args: str, check: bool = True, timeout: float = 20) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{shlex.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
+    return done
+
+
+def hashed_pod_interface(network_name: str) -> str:
+    """virt-handler's name for a secondary Multus network's pod interface (`pod` + sha256[:11])."""
+    return "pod" + hashlib.sha256(network_name.encode()).hexdigest()[:11]
+
+
+def go_dhcp_config(name: str, ip: str, prefix: int, gateway: str, mac: str, mtu: int,
+                   routes: Sequence[tuple[str | None, int, str]] = ()) -> dict[str, Any]:
+    """virt-handler's bridge-binding cache (`cache.DHCPConfig`) as Go's encoding/json writes it
+    (net.IP as text, net.IPMask and net.HardwareAddr as base64, netlink.Addr embedding *net.IPNet)."""
+    def mask(bits: int) -> str:
+        return base64.b64encode(((1 << 32) - (1 << (32 - bits))).to_bytes(4, "big")).decode()
+
+    def route(dst: str | None, bits: int, gw: str) -> dict[str, Any]:
+        return {"LinkIndex": 0, "ILinkIndex": 0, "Scope": 0,
+                "Dst": None if dst is None else {"IP": dst, "Mask": mask(bits)},
+                "Src": "", "Gw": gw, "MultiPath": None, "Protocol": 0, "Priority": 0, "Family": 0,
+                "Table": 0, "Type": 0, "Tos": 0, "Flags": 0, "MPLSDst": None, "NewDst": None,
+                "Encap": None, "Via": None, "Realm": 0, "MTU": 0, "Window": 0, "Rtt": 0}
+    return {"Name": name,
+            "IP": {"IP": ip, "Mask": mask(prefix), "Label": "", "Flags": 0, "Scope": 0, "Peer": None,
+                   "Broadcast": "", "PreferedLft": 0, "ValidLft": 0, "LinkIndex": 0},
+            "IPv6": {"Label": "", "Flags": 0, "Scope": 0, "Peer": None, "Broadcast": "", "PreferedLft": 0,
+                     "ValidLft": 0, "LinkIndex": 0},
+            "MAC": base64.b64encode(bytes.fromhex(mac.replace(":", ""))).decode(),
+            "AdvertisingIPAddr": "", "AdvertisingIPv6Addr": "",
+            "Routes": [route(*r) for r in routes] or [route(None, 0, gateway)],
+            "Mtu": mtu, "IPAMDisabled": False, "Gateway": gateway, "Subdomain": ""}
+
+
+@dataclass(frozen=True)
+class Tap:
+    name: str
+    mtu: int
+    queues: int
+    bridge: str
+
+
+class PodSandbox:
+    """One launcher pod: its network namespace, its devices, its user, its files.
+
+    Use as a context manager or call `close()`. Build the network with `masquerade`, `bridge`,
+    `tap`, ...; run programs as the compute container with `command(argv)` (a ready argv for
+    Popen) or `python_command(args)` (this interpreter, file-capable). Every method raises
+    RuntimeError naming the command that failed.
+    """
+
+    def __init__(self, *, uid: int = POD_UID, umask: int = 0o022, resolv_conf: str = POD_RESOLV_CONF) -> None:
+        self.uid = uid
+        self.resolv_conf = resolv_conf
+        self.umask = umask
+        self.tag = f"{os.getpid()}x{os.urandom(3).hex()}"
+        self.netns = f"kcpod{self.tag}"
+        self.root = Path(tempfile.mkdtemp(prefix="kp", dir="/tmp"))
+        self._namespaces: list[str] = []
+        self._loops: list[str] = []
+        self._block_devices: dict[str, int] = {}  # /dev/<name> -> device number
+        self.taps: list[Tap] = []
+        self.bridge_leases: dict[str, dict[str, Any]] = {}  # pod interface -> virt-handler's DHCP cache
+        self._closed = False
+        try:
+            os.chmod(self.root, 0o755)
+            run("ip", "netns", "add", self.netns)
+            self._namespaces.append(self.netns)
+            self.ip("link", "set", "lo", "up")
+            self._python = self._capable_python()
+        except BaseException:
+            self.close()
+            raise
+
+    # --- lifetime ------------------------------------------------------------------------
+
+    def __enter__(self) -> PodSandbox:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Kill what runs in the namespaces, delete them, detach loop devices, remove the root."""
+        if self._closed:
+            return
+        self._closed = True
+        for name in self._namespaces:
+            self._kill_processes_in(name)
+        for name in reversed(self._namespaces):
+            run("ip", "netns", "del", name, check=False)
+        for loop in self._loops:
+            run("losetup", "-d", loop, check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    @staticmethod
+    def _kill_processes_in(netns: str) -> None:
+        """SIGKILL every process whose network namespace is `netns` (they are ours: nobody
+        else knows the name), and wait until they are gone."""
+        try:
+            target = os.stat(f"/run/netns/{netns}").st_ino
+        except OSError:
+            return
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            found = []
+            for entry in os.listdir("/proc"):
+                if entry.isdigit():
+                    with contextlib.suppress(OSError):
+                        if os.stat(f"/proc/{entry}/ns/net").st_ino == target:
+                            found.append(int(entry))
+            if not found:
+                return
+            for pid in found:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.02)
+
+    # --- files -------------------------------------------------------------------------------
+
+    def own(self, *paths: os.PathLike[str] | str) -> None:
+        """chown -R to the pod's user: the pod's directories and files belong to it."""
+        for top in paths:
+            os.chown(top, self.uid, self.uid, follow_symlinks=False)
+            if os.path.isdir(top) and not os.path.islink(top):
+                for parent, dirs, files in os.walk(top):
+                    for name in dirs + files:
+                        os.chown(os.path.join(parent, name), self.uid, self.uid, follow_symlinks=False)
+
+    def block_device(self, name: str, image: os.PathLike[str] | str) -> str:
+        """A block PVC: `image` on a free loop device (detached at close), shown to the pod as
+        `/dev/<name>` (kubelet's volumeDevices path for KubeVirt), owned by 107, in the /dev of
+        programs started after this call. Returns the loop device."""
+        loop = run("losetup", "--find", "--show", str(image)).stdout.strip()
+        self._loops.append(loop)
+        self._block_devices[name] = os.stat(loop).st_rdev
+        return loop
+
+    # --- network (what virt-handler creates, as root) ---------------------------------------
+
+    def ip(self, *args: str) -> str:
+        return run("ip", "-n", self.netns, *args).stdout
+
+    def link(self, name: str, *, mtu: int, mac: str | None = None, up: bool = True) -> None:
+        """A pod link (a veth whose peer stays in the pod unused)."""
+        peer = "p" + hashlib.sha256(name.encode()).hexdigest()[:10]
+        self.ip("link", "add", name, "mtu", str(mtu), *(("address", mac) if mac else ()),
+                "type", "veth", "peer", "name", peer, "mtu", str(mtu))
+        if up:
+            self.ip("link", "set", name, "up")
+
+    def tap(self, name: str, *, bridge: str, mtu: int, queues: int = 1, owner: int | None = None,
+            up: bool = True) -> Tap:
+        """`virt-chroot create-tap`: owner/group 107, vnet_hdr, multi_queue if queues > 1, MTU,
+        then enslaved to the bridge and set up (netpod.go's tap spec)."""
+        uid = self.uid if owner is None else owner
+        self.ip("tuntap", "add", "dev", name, "mode", "tap", "user", str(uid), "group", str(uid), "vnet_hdr",
+                *(("multi_queue",) if queues > 1 else ()))
+        self.ip("link", "set", name, "mtu", str(mtu), "master", bridge, *(("up",) if up else ()))
+        tap = Tap(name, mtu, queues, bridge)
+        self.taps.append(tap)
+        return tap
+
+    def masquerade(self, pod_interface: str = "eth0", *, tap: str = "tap0", mtu: int = 1400,
+                   mac: str = POD_MAC, address: str = "10.244.1.5/24", gateway_cidr: str = "10.0.2.1/24",
+                   queues: int = 1) -> Tap:
+        """netpod.go `masqueradeBindingSpec`: the pod link, `k6t-<name>` with the reserved MAC,
+        the pod MTU and the VM network's gateway address, and the tap."""
+        bridge = "k6t-" + pod_interface.removeprefix("pod")
+        self.link(pod_interface, mtu=mtu, mac=mac)
+        self.ip("addr", "add", address, "dev", pod_interface)
+        self.ip("link", "add", bridge, "mtu", str(mtu), "address", MASQUERADE_BRIDGE_MAC, "type", "bridge")
+        self.ip("addr", "add", gateway_cidr, "dev", bridge)
+        self.ip("link", "set", bridge, "up")
+        return self.tap(tap, bridge=bridge, mtu=mtu, queues=queues)
+
+    def bridge(self, pod_interface: str = "eth0", *, tap: str = "tap0", index: int = 0, mtu: int = 1450,
+               mac: str = POD_MAC, ip: str = "10.244.1.5", prefix: int = 24, gateway: str = "10.244.1.1",
+               queues: int = 1, ipam: bool = True) -> Tap:
+        """netpod.go `bridgeBindingSpec`: the pod link renamed `<name>-nic` and enslaved to
+        `k6t-<name>` (with 169.254.75.1<index>/32 when the pod had an address), a stand-in
+        keeping the pod's name, MAC and address, the tap, and virt-handler's DHCP cache
+        `<private>/vif-cache-<name>.json` (written by `vif_cache`)."""
+        trimmed = pod_interface.removeprefix("pod")
+        bridge, nic = f"k6t-{trimmed}", f"{trimmed}-nic"
+        self.link(pod_interface, mtu=mtu, mac=mac)
+        if ipam:
+            self.ip("addr", "add", f"{ip}/{prefix}", "dev", pod_interface)
+        self.ip("link", "add", bridge, "mtu", str(mtu), "type", "bridge")
+        if ipam:
+            self.ip("addr", "add", f"169.254.75.1{index}/32", "dev", bridge)
+        self.link(nic, mtu=mtu, up=False)
+        self.ip("link", "set", nic, "master", bridge, "up")
+        self.ip("link", "set", bridge, "up")
+        self.bridge_leases[pod_interface] = go_dhcp_config(pod_interface, ip, prefix, gateway, mac, mtu)
+        return self.tap(tap, bridge=bridge, mtu=mtu, queues=queues)
+
+    def vif_cache(self, private_dir: os.PathLike[str] | str) -> None:
+        """Write virt-handler's bridge-binding caches into the launcher's private dir (as 107's)."""
+        for name, config in self.bridge_leases.items():
+            path = Path(private_dir) / f"vif-cache-{name}.json"
+            path.write_text(json.dumps(config))
+            self.own(path)
+
+    def guest_port(self, bridge: str, mac: str, *, name: str = "eth0") -> str:
+        """A stand-in for the guest's NIC for DHCP: a veth enslaved to `bridge`, its peer `name`
+        with the guest's MAC in a namespace of its own. Returns that namespace."""
+        guest = f"kcvm{self.tag}{len(self._namespaces)}"
+        run("ip", "netns", "add", guest)
+        self._namespaces.append(guest)
+        run("ip", "-n", guest, "link", "set", "lo", "up")
+        port = f"g{len(self._namespaces)}{self.tag[-6:]}"
+        self.ip("link", "add", port, "type", "veth", "peer", "name", name, "netns", guest)
+        self.ip("link", "set", port, "master", bridge, "up")
+        run("ip", "-n", guest, "link", "set", name, "address", mac, "up")
+        return guest
+
+    # --- privileges ---------------------------------------------------------------------------
+
+    def _dev_lines(self) -> list[str]:
+        """A container's /dev (a tmpfs with the usual nodes) plus the device plugins' nodes as
+        the host has them (mode 0666) and the pod's block volumes (`block_device`)."""
+        q = shlex.quote
+        lines = ["mount -t tmpfs -o mode=0755,size=256k,nosuid kcdev /dev", "mkdir /dev/net /dev/pts /dev/shm",
+                 "mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /dev/pts",
+                 "ln -s pts/ptmx /dev/ptmx", "ln -s /proc/self/fd /dev/fd", "mount -t tmpfs -o mode=1777 shm /dev/shm"]
+        for i, name in enumerate(("stdin", "stdout", "stderr")):
+            lines.append(f"ln -s /proc/self/fd/{i} /dev/{name}")
+        nodes = [(name, (1, minor), 0o666, 0) for name, minor in
+                 (("null", 3), ("zero", 5), ("full", 7), ("random", 8), ("urandom", 9))]
+        nodes.append(("tty", (5, 0), 0o666, 0))
+        for path in DEVICES:
+            with contextlib.suppress(FileNotFoundError):
+                rdev = os.stat(path).st_rdev
+                nodes.append((path.removeprefix("/dev/"), (os.major(rdev), os.minor(rdev)), 0o666, 0))
+        for name, (major, minor), mode, _ in nodes:
+            lines.append(f"mknod -m {mode:o} /dev/{name} c {major} {minor}")
+        for name, rdev in self._block_devices.items():
+            lines.append(f"mknod -m 660 {q('/dev/' + name)} b {os.major(rdev)} {os.minor(rdev)}")
+            lines.append(f"chown {self.uid}:{self.uid} {q('/dev/' + name)}")
+        return lines
+
+    def _capable_python(self) -> Path:
+        """A copy of this interpreter carrying `cap_net_bind_service=+ep`, in a virtual
+        environment whose site-packages is this one's."""
+        venv = self.root / "py"
+        (venv / "bin").mkdir(parents=True)
+        python = venv / "bin" / "python3"
+        real = os.path.realpath(sys.executable)
+        shutil.copy2(real, python)
+        os.chmod(python, 0o755)
+        run("setcap", "cap_net_bind_service=+ep", str(python))
+        version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+        (venv / "pyvenv.cfg").write_text(f"home = {os.path.dirname(real)}\ninclude-system-site-packages = false\n"
+                                         f"version = {sys.version_info.major}.{sys.version_info.minor}."
+                                         f"{sys.version_info.micro}\n")
+        lib = venv / "lib" / version
+        lib.mkdir(parents=True)
+        packages = [p for p in site.getsitepackages() if os.path.isdir(p)]
+        if sys.prefix != sys.base_prefix and packages:
+            (lib / "site-packages").symlink_to(packages[0])
+        return python
+
+    def _reachable(self, paths: Iterable[str]) -> dict[str, set[str]]:
+        """Directories on the way to `paths` that others cannot search -> the entries needed."""
+        blocked: dict[str, set[str]] = {}
+        for path in paths:
+            parts = Path(os.path.realpath(path)).parts
+            for depth in range(1, len(parts)):
+                directory = os.path.join(*parts[:depth])
+                with contextlib.suppress(OSError):
+                    if not os.stat(directory).st_mode & stat.S_IXOTH:
+                        blocked.setdefault(directory, set()).add(parts[depth])
+        return blocked
+
+    def needed_paths(self) -> list[str]:
+        paths = [sys.base_prefix, sys.prefix, sysconfig.get_paths()["stdlib"], str(REPO),
+                 os.path.realpath(sys.executable)]
+        libdir = sysconfig.get_config_var("LIBDIR")
+        if libdir:
+            paths.append(libdir)
+        binary = os.environ.get("CH_BINARY") or str(REPO.parent / "shared" / "vmm" / "cloud-hypervisor")
+        paths.append(binary)
+        return paths
+
+    def _write_init(self) -> Path:
+        """The script `ip netns exec` runs as root in the launcher's fresh mount namespace before
+        becoming the compute container's process (rewritten for each command: block devices
+        may have been added)."""
+        q = shlex.quote
+        lines = ["set -e", *self._dev_lines()]
+        resolv = self.root / "resolv.conf"  # kubelet mounts the pod's own
+        resolv.write_text(self.resolv_conf)
+        lines.append(f"mount --bind {q(str(resolv))} /etc/resolv.conf")
+        stage = self.root / "stage"
+        stage.mkdir(mode=0o700, exist_ok=True)
+        for i, (directory, entries) in enumerate(sorted(self._reachable(self.needed_paths()).items())):
+            held = stage / str(i)
+            held.mkdir(exist_ok=True)
+            lines.append(f"mount --bind {q(directory)} {q(str(held))}")
+            lines.append(f"mount -t tmpfs -o mode=0711,size=64k kcpod {q(directory)}")
+            for entry in sorted(entries):
+                target, source = os.path.join(directory, entry), str(held / entry)
+                make = "mkdir" if os.path.isdir(os.path.join(directory, entry)) else "touch"
+                lines.append(f"{make} {q(target)}")
+                lines.append(f"mount --bind {q(source)} {q(target)}")
+        lines.append(f"umask {self.umask:03o}")
+        lines.append(f"exec setpriv --reuid {self.uid} --regid {self.uid} --clear-groups "
+                     f"--bounding-set -all,+net_bind_service --no-new-privs -- \"$@\"")
+        init = self.root / f"pod-init-{len(self._block_devices)}.sh"
+        init.write_text("\n".join(lines) + "\n")
+        return init
+
+    @property
+    def python(self) -> str:
+        """The interpreter with the file capability (as ch-launcher's image has it)."""
+        return str(self._python)
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """`argv` as the compute container runs it: in the pod's network namespace, its own
+        mount namespace with the devices, as 107 with only what execve grants (see above).
+        `sys.executable` as argv[0] is replaced by the file-capable interpreter."""
+        argv = list(argv)
+        if argv and argv[0] == sys.executable:
+            argv[0] = self.python
+        return ["ip", "netns", "exec", self.netns, "sh", str(self._write_init()), *argv]
+
+    def python_command(self, args: Sequence[str]) -> list[str]:
+        return self.command([self.python, *args])
+
+    def exec_as_root(self, *argv: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
+        """Run a command as root in the pod's network namespace (virt-handler's side)."""
+        return run("ip", "netns", "exec", self.netns, *argv, timeout=timeout)
+
+
+def capabilities(pid: int) -> dict[str, int]:
+    """CapInh/CapPrm/CapEff/CapBnd/CapAmb of a process, as bit masks."""
+    caps = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Cap"):
+                key, value = line.split(":", 1)
+                caps[key] = int(value.strip(), 16)
+    return caps
+
+
+def check_privileges(pid: int, *, launcher: bool) -> None:
+    """Raise AssertionError unless process `pid` has the compute container's privileges: uid
+    107, bounding set {NET_BIND_SERVICE}, nothing inheritable or ambient, no_new_privs, and
+    permitted = effective = {NET_BIND_SERVICE} for the launcher, nothing for its children."""
+    with open(f"/proc/{pid}/status") as f:
+        status = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    caps = capabilities(pid)
+    want = (1 << NET_BIND_SERVICE) if launcher else 0
+    assert status["Uid"].split() == [str(POD_UID)] * 4, status["Uid"]
+    assert status["Gid"].split() == [str(POD_UID)] * 4, status["Gid"]
+    assert status.get("Groups", "").split() in ([], [str(POD_UID)]), status.get("Groups")
+    assert status["NoNewPrivs"].strip() == "1"
+    assert caps == {"CapInh": 0, "CapPrm": want, "CapEff": want, "CapBnd": 1 << NET_BIND_SERVICE,
+                    "CapAmb": 0}, {k: hex(v) for k, v in caps.items()}
+
+
+def api(api_socket: os.PathLike[str] | str, method: str, endpoint: str, body: Any = None,
+        timeout: float = 10.0) -> tuple[int, Any]:
+    """One raw HTTP/1.1 request to a VMM's REST socket: (status, parsed JSON body or None)."""
+    payload = b"" if body is None else json.dumps(body).encode()
+    head = (f"{method} /api/v1/{endpoint} HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n").encode()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(str(api_socket))
+        s.sendall(head + payload)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        header, _, content = data.partition(b"\r\n\r\n")
+        length = next((int(line.split(b":", 1)[1]) for line in header.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        while len(content) < length:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            content += chunk
+    status = int(header.split(b" ", 2)[1])
+    return status, json.loads(content) if content.strip() else None
+
+
+def vm_info(api_socket: os.PathLike[str] | str, timeout: float = 5.0) -> dict[str, Any]:
+    """`GET vm.info` on a VMM's socket, raw: what the VMM really holds."""
+    status, body = api(api_socket, "GET", "vm.info", timeout=timeout)
+    if status != 200:
+        raise RuntimeError(f"vm.info answered {status}: {body}")
+    return body
+
+
+def udhcpc(netns: str, workdir: Path, *extra: str, iface: str = "eth0", tries: int = 4) -> dict[str, str] | None:
+    """busybox udhcpc once in `netns` (the guest's side); the options of the lease, or None."""
+    script = workdir / "udhcpc.sh"
+    script.write_text('#!/bin/sh\nif [ "$1" = bound ]; then env > "$DHCP_RECORD"; fi\nexit 0\n')
+    script.chmod(0o755)
+    record = workdir / f"lease-{netns}-{iface}.env"
+    record.unlink(missing_ok=True)
+    env = {**os.environ, "DHCP_RECORD": str(record)}
+    result = subprocess.run(["ip", "netns", "exec", netns, "busybox", "udhcpc", "-i", iface, "-f", "-q", "-n",
+                             "-t", str(tries), "-T", "1", "-A", "1", "-s", str(script),
+                             "-O", "mtu", "-O", "search", "-O", "staticroutes", *extra],
+                            capture_output=True, text=True, timeout=30, env=env)
+    if result.returncode != 0 or not record.exists():
+        return None
+    return dict(line.split("=", 1) for line in record.read_text().splitlines() if "=" in line)
