@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from ch_launcher.demo import FAKE_CH
+from demo import FAKE_CH
 from tests.functional.pod_fixtures import real_binary, real_vmm_reason
 from tests.functional.pod_sandbox import PodSandbox, api, check_privileges, vm_info
 from tests.guest.build import guest_payload, missing_tools
