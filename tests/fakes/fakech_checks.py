@@ -266,6 +266,51 @@ def detect_image_type(path: str) -> str:
     return "Raw"
 
 
+MAX_NESTING_DEPTH = 10  # block/src/qcow/mod.rs@v53.0 (a backing chain longer than this is refused)
+
+
+def _backing_file(path: str) -> str | None:
+    """The backing file a qcow2 image names (relative names are relative to its directory)."""
+    with open(path, "rb") as f:
+        header = f.read(20)
+        offset, size = int.from_bytes(header[8:16], "big"), int.from_bytes(header[16:20], "big")
+        if not offset or not size:
+            return None
+        f.seek(offset)
+        name = f.read(size).decode(errors="replace")
+    return name if name.startswith("/") else os.path.join(os.path.dirname(path), name)
+
+
+def open_disk_image(path: str, readonly: bool, backing_files: bool) -> str:
+    """Open a disk image as CH's block layer does at device creation: read-write unless
+    `readonly` (a read-only file of a writable disk fails here, before any lock), and a qcow2
+    image's backing chain read-only, only when `backing_files` allows it. Returns the detected
+    image type; raises DeviceError with CH's chain (`Cannot open disk path` / `I/O error
+    (path=<image> op=open)` / [`Backing file I/O error: <file>`] / the OS error)."""
+    where = f"I/O error (path={path} op=open)"
+    try:
+        os.close(os.open(path, (os.O_RDONLY if readonly else os.O_RDWR) | os.O_CLOEXEC))
+        detected = detect_image_type(path)
+    except OSError as exc:
+        raise DeviceError("Error from device manager", "Cannot open disk path", where, io_error(exc)) from None
+    image, depth = path, 0
+    while detect_image_type(image) == "Qcow2":
+        backing = _backing_file(image)
+        if backing is None:
+            break
+        depth += 1
+        if not backing_files or depth > MAX_NESTING_DEPTH:
+            raise DeviceError("Error from device manager", "Cannot open disk path",
+                              f"Unsupported feature (path={path} op=open)", "Maximum disk nesting depth exceeded")
+        try:
+            os.close(os.open(backing, os.O_RDONLY | os.O_CLOEXEC))
+        except OSError as exc:
+            raise DeviceError("Error from device manager", "Cannot open disk path", where,
+                              f"Backing file I/O error: {backing}", io_error(exc)) from None
+        image = backing
+    return detected
+
+
 def _connect(path: str) -> None:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(1.0)
@@ -308,10 +353,7 @@ def _create_devices(config: dict[str, Any], fds: list[int]) -> None:
         path = disk.get("path")
         if not path:
             raise DeviceError("Error from device manager", "No disk path was specified when one was expected")
-        try:
-            detected = detect_image_type(path)
-        except OSError as exc:
-            raise DeviceError("Error from device manager", "Cannot open disk path", io_error(exc)) from None
+        detected = open_disk_image(path, bool(disk.get("readonly")), bool(disk.get("backing_files")))
         specified = disk.get("image_type", "Unknown")
         if specified in (None, "Unknown"):
             disk["image_type"] = detected

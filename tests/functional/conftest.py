@@ -21,4 +21,4 @@ def https(tls):
     session.close()
 
 # Launcher stories in a pod sandbox (uid 107, the pod's network namespace), simulated and real VMM.
-from tests.functional.pod_fixtures import launch, pod, vmm_kind  # noqa: E402, F401
+from tests.functional.pod_fixtures import launch, pod, vmm, vmm_kind  # noqa: E402, F401

@@ -3,8 +3,9 @@
 `pod` is a fresh `PodSandbox`; `vmm_kind` is "simulated" or "real" (parametrized; the real one
 is the binary at `CH_BINARY` or `../shared/vmm/cloud-hypervisor`, with the tiny guest of
 `tests/guest/` as its `hypervisor-fw`); `launch(vmi, ...)` starts a real ch-launcher for `vmi`
-in the pod, Syncs it and waits for Running, and returns the `Harness`. Import them with
-`from tests.functional.pod_fixtures import launch, pod, vmm_kind  # noqa: F401`.
+in the pod, Syncs it and waits for Running, and returns the `Harness`; `vmm` is a bare VMM of
+that kind run as the pod runs it (`PodVmm`), for the same REST calls against both. conftest.py
+makes them available to every functional test.
 """
 
 from __future__ import annotations
@@ -12,14 +13,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from demo import FAKE_CH
 from tests.functional.harness import Harness, RealVmm
-from tests.functional.pod_sandbox import PodSandbox, missing_requirements, vm_info
+from tests.functional.pod_sandbox import PodSandbox, api, missing_requirements, vm_info
 from tests.guest.build import guest_payload, missing_tools
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,9 +89,8 @@ def launch(pod, vmm_kind):
             info.write_text(json.dumps(network_info))
             harness.env["CH_NETWORK_INFO"] = str(info)
         pod.vif_cache(harness.layout.private_dir)
-        if before_boot is not None:
+        if before_boot is not None:  # makes files as virt-handler or kubelet would (owners included)
             before_boot(harness)
-            pod.own(harness.root)
         harness.run(harness.boot())
         return harness
 
@@ -99,3 +102,51 @@ def launch(pod, vmm_kind):
 def vmm_info(harness: Harness) -> dict[str, Any]:
     """vm.info of the launcher's VMM, read on its socket: what the VMM really holds."""
     return vm_info(harness.layout.private_dir / "ch" / "api.sock")
+
+
+def vm_config(**extra: Any) -> dict[str, Any]:
+    """A small VmConfig booting the tiny guest (any file will do for the simulated VMM)."""
+    firmware = FAKE_CH if missing_tools() else guest_payload()
+    return {"payload": {"firmware": str(firmware)}, "cpus": {"boot_vcpus": 2, "max_vcpus": 2},
+            "memory": {"size": 64 << 20}, "serial": {"mode": "Null"}, "console": {"mode": "Off"}, **extra}
+
+
+class PodVmm:
+    """A VMM process run as the compute container would run it, in `pod`."""
+
+    def __init__(self, pod: PodSandbox, binary: str) -> None:
+        self.dir = pod.root / f"vmm{len(list(pod.root.glob('vmm*')))}"
+        self.dir.mkdir()
+        pod.own(self.dir)
+        self.socket = self.dir / "api.sock"
+        self.log = self.dir / "out.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                pod.command([binary, "--api-socket", f"path={self.socket}", "--log-file", str(self.dir / "ch.log")]),
+                stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+        deadline = time.monotonic() + 15
+        while not self._answers():  # bound is not enough: it may not listen yet
+            assert self.proc.poll() is None, f"the VMM exited with {self.proc.returncode}: {self.log.read_text()}"
+            assert time.monotonic() < deadline, f"no API socket within 15 s: {self.log.read_text()}"
+            time.sleep(0.01)
+
+    def _answers(self) -> bool:
+        try:
+            return self.call("GET", "vmm.ping")[0] == 200
+        except OSError:
+            return False
+
+    def call(self, method: str, endpoint: str, body=None):
+        return api(self.socket, method, endpoint, body)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def vmm(pod, vmm_kind):
+    started = PodVmm(pod, real_binary() if vmm_kind == "real" else str(FAKE_CH))  # type: ignore[arg-type]
+    yield started
+    started.close()

@@ -11,68 +11,19 @@ vm.boot fails; without `mtu` the VM boots on the tap and vm.info shows the tap's
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 
 import pytest
 
-from demo import FAKE_CH
-from tests.functional.pod_fixtures import real_binary, real_vmm_reason
-from tests.functional.pod_sandbox import PodSandbox, api, check_privileges, vm_info
-from tests.guest.build import guest_payload, missing_tools
+from tests.functional.pod_fixtures import PodVmm, vm_config
+from tests.functional.pod_sandbox import PodSandbox, check_privileges, vm_info
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]
 
 GUEST_MAC = "52:54:00:12:34:56"
 
 
-class PodVmm:
-    """A VMM process run as the compute container would run it, in `pod`."""
-
-    def __init__(self, pod: PodSandbox, binary: str) -> None:
-        self.dir = pod.root / f"vmm{len(list(pod.root.glob('vmm*')))}"
-        self.dir.mkdir()
-        pod.own(self.dir)
-        self.socket = self.dir / "api.sock"
-        self.log = self.dir / "out.log"
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
-                pod.command([binary, "--api-socket", f"path={self.socket}", "--log-file", str(self.dir / "ch.log")]),
-                stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
-        deadline = time.monotonic() + 15
-        while not self.socket.exists():
-            assert self.proc.poll() is None, f"the VMM exited with {self.proc.returncode}: {self.log.read_text()}"
-            assert time.monotonic() < deadline, f"no API socket within 15 s: {self.log.read_text()}"
-            time.sleep(0.01)
-
-    def call(self, method: str, endpoint: str, body=None):
-        return api(self.socket, method, endpoint, body)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-
-
-@pytest.fixture(params=["simulated", "real"])
-def vmm(request, pod):
-    if request.param == "real":
-        reason = real_vmm_reason()
-        if reason:
-            pytest.skip(reason)
-        binary = real_binary()
-    else:
-        binary = str(FAKE_CH)
-    started = PodVmm(pod, binary)
-    yield started
-    started.close()
-
-
 def config(pod: PodSandbox, **net) -> dict:
-    firmware = guest_payload() if not missing_tools() else FAKE_CH
-    return {"payload": {"firmware": str(firmware)}, "cpus": {"boot_vcpus": 2, "max_vcpus": 2},
-            "memory": {"size": 64 << 20}, "serial": {"mode": "Null"}, "console": {"mode": "Off"},
-            "net": [{"id": "default", "mac": GUEST_MAC, "num_queues": 2, **net}]}
+    return vm_config(net=[{"id": "default", "mac": GUEST_MAC, "num_queues": 2, **net}])
 
 
 def boot(vmm: PodVmm, cfg: dict):
