@@ -151,8 +151,10 @@ class PodSandbox:
     RuntimeError naming the command that failed.
     """
 
-    def __init__(self, *, uid: int = POD_UID, umask: int = 0o022, resolv_conf: str = POD_RESOLV_CONF) -> None:
+    def __init__(self, *, uid: int = POD_UID, umask: int = 0o022, resolv_conf: str = POD_RESOLV_CONF,
+                 file_capability: bool = True) -> None:
         self.uid = uid
+        self.file_capability = file_capability  # False: an image whose interpreter lacks setcap
         self.resolv_conf = resolv_conf
         self.umask = umask
         self.tag = f"{os.getpid()}x{os.urandom(3).hex()}"
@@ -351,7 +353,8 @@ class PodSandbox:
         real = os.path.realpath(sys.executable)
         shutil.copy2(real, python)
         os.chmod(python, 0o755)
-        run("setcap", "cap_net_bind_service=+ep", str(python))
+        if self.file_capability:
+            run("setcap", "cap_net_bind_service=+ep", str(python))
         version = f"python{sys.version_info.major}.{sys.version_info.minor}"
         (venv / "pyvenv.cfg").write_text(f"home = {os.path.dirname(real)}\ninclude-system-site-packages = false\n"
                                          f"version = {sys.version_info.major}.{sys.version_info.minor}."

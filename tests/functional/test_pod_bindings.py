@@ -12,7 +12,9 @@ import pytest
 
 from tests.functional.harness import Harness, make_vmi
 from tests.functional.pod_fixtures import vmm_info
-from tests.functional.pod_sandbox import POD_MAC, check_privileges, hashed_pod_interface, udhcpc
+from tests.functional.pod_sandbox import (
+    POD_MAC, PodSandbox, check_privileges, hashed_pod_interface, missing_requirements, udhcpc,
+)
 from tests.functional.vhost_user_peer import VhostUserPeer
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(90)]
@@ -119,3 +121,23 @@ def test_a_vhost_user_interface_boots_against_a_real_vhost_user_peer(pod, launch
                 "SET_OWNER", "GET_FEATURES", "GET_PROTOCOL_FEATURES", "SET_PROTOCOL_FEATURES", "GET_QUEUE_NUM"]
     finally:
         peer.close()
+
+
+def test_without_net_bind_service_the_dhcp_server_cannot_bind_and_sync_fails_clearly():
+    """What the file capability on the launcher's interpreter is for: a launcher without it (an
+    image built without setcap, or a bounding set without NET_BIND_SERVICE) cannot serve DHCP."""
+    reason = missing_requirements()
+    if reason:
+        pytest.skip(reason)
+    with PodSandbox(file_capability=False) as pod:
+        pod.masquerade(mtu=1400)
+        vh = Harness(vmi=nic_vmi([{"name": "default", "masquerade": {}}], [{"name": "default", "pod": {}}]), pod=pod)
+        try:
+            vh.run(vh.start())
+            reply = vh.run(vh.client.sync(vh.vmi, check=False))
+            assert not reply.success
+            assert reply.message.endswith("spec.domain.devices.interfaces[0]: cannot listen on UDP port 67 for DHCP: "
+                                          "Permission denied"), reply.message
+            assert vh.launcher.poll() is None  # the launcher stays up for virt-handler's next try
+        finally:
+            vh.close()
