@@ -13,7 +13,12 @@ import pytest
 from tests.functional.harness import Harness, make_vmi
 from tests.functional.pod_fixtures import vmm_info
 from tests.functional.pod_sandbox import (
-    POD_MAC, PodSandbox, check_privileges, hashed_pod_interface, missing_requirements, udhcpc,
+    POD_MAC,
+    PodSandbox,
+    check_privileges,
+    hashed_pod_interface,
+    missing_requirements,
+    udhcpc,
 )
 from tests.functional.vhost_user_peer import VhostUserPeer
 
