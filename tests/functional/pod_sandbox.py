@@ -48,7 +48,8 @@ and how it is reproduced here (facts from `kubevirt/kubevirt @d923fdb815cd`):
 
 Everything lives under one short temporary root. `close()` (also on failure, and idempotent)
 kills every process left in the namespaces, deletes them, detaches the loop devices it attached
-and removes the root; the mounts live only in the launchers' own mount namespaces.
+and removes the root; the mounts live only in the launchers' own mount namespaces. What a test
+process killed before `close()` left (its names carry its pid) is swept by the next sandbox.
 
 Needs root, `ip` (iproute2), `setpriv` (util-linux) and `setcap` (libcap2-bin);
 `missing_requirements()` says what is absent.
@@ -61,6 +62,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -134,6 +136,43 @@ def go_dhcp_config(name: str, ip: str, prefix: int, gateway: str, mac: str, mtu:
             "Mtu": mtu, "IPAMDisabled": False, "Gateway": gateway, "Subdomain": ""}
 
 
+_STALE = re.compile(r"^(?:kcpod|kcvm)(\d+)x[0-9a-f]{6}\d*$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def sweep_stale_sandboxes() -> None:
+    """Remove what sandboxes of test processes that died without `close()` (SIGKILL, a killed
+    pytest) left: their namespaces (and the processes in them), loop devices and directories.
+    Only names of this module's scheme, whose creating pid is gone, are touched."""
+    listed = run("ip", "netns", "list", check=False).stdout.split("\n")
+    for line in listed:
+        name = line.split(" ", 1)[0]
+        match = _STALE.match(name)
+        if match and not _alive(int(match.group(1))):
+            PodSandbox._kill_processes_in(name)
+            run("ip", "netns", "del", name, check=False)
+    stale_roots = [d for d in Path("/tmp").glob("kp*x*") if (m := re.match(r"^kp(\d+)x", d.name))
+                   and d.is_dir() and not _alive(int(m.group(1)))]
+    if not stale_roots:
+        return
+    loops = run("losetup", "--noheadings", "--output", "NAME,BACK-FILE", "--list", check=False).stdout
+    for line in loops.splitlines():
+        parts = line.split(None, 1)
+        if len(parts) == 2 and any(parts[1].startswith(f"{root}/") for root in stale_roots):
+            run("losetup", "-d", parts[0], check=False)
+    for root in stale_roots:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @dataclass(frozen=True)
 class Tap:
     name: str
@@ -157,9 +196,10 @@ class PodSandbox:
         self.file_capability = file_capability  # False: an image whose interpreter lacks setcap
         self.resolv_conf = resolv_conf
         self.umask = umask
+        sweep_stale_sandboxes()
         self.tag = f"{os.getpid()}x{os.urandom(3).hex()}"
         self.netns = f"kcpod{self.tag}"
-        self.root = Path(tempfile.mkdtemp(prefix="kp", dir="/tmp"))
+        self.root = Path(tempfile.mkdtemp(prefix=f"kp{os.getpid()}x", dir="/tmp"))
         self._namespaces: list[str] = []
         self._loops: list[str] = []
         self._block_devices: dict[str, int] = {}  # /dev/<name> -> device number

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.functional.pod_sandbox import NET_BIND_SERVICE, PodSandbox, missing_requirements, run
+from tests.functional.pod_sandbox import NET_BIND_SERVICE, REPO, PodSandbox, missing_requirements, run
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]
 
@@ -100,3 +100,25 @@ def test_closing_removes_the_namespaces_processes_and_files():
 def test_the_interpreter_is_a_copy_so_the_hosts_python_gains_no_capability(sandbox):
     assert os.path.realpath(sandbox.python) != os.path.realpath(sys.executable)
     assert "cap_net_bind_service" not in run("getcap", os.path.realpath(sys.executable), check=False).stdout
+
+
+def test_a_sandbox_left_by_a_killed_test_process_is_swept_by_the_next_one():
+    reason = missing_requirements()
+    if reason:
+        pytest.skip(reason)
+    child = subprocess.Popen(
+        [sys.executable, "-c", "from tests.functional.pod_sandbox import PodSandbox\n"
+         "p = PodSandbox(); p.masquerade(); img = p.root / 'b.img'; img.write_bytes(bytes(1 << 20))\n"
+         "p.block_device('blk', img); print(p.netns, p.root, flush=True)\nimport time; time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True, cwd=str(REPO))
+    netns, root = child.stdout.readline().split()
+    child.kill()
+    child.wait(5)
+    assert netns in run("ip", "netns", "list").stdout and os.path.isdir(root)
+
+    with PodSandbox():
+        pass
+
+    assert netns not in run("ip", "netns", "list").stdout
+    assert not os.path.exists(root)
+    assert root not in run("losetup", "--noheadings", "--output", "BACK-FILE", "--list").stdout
