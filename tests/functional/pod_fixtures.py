@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from ch_launcher._proto import kubevirt_cmd_v1_pb2 as cmd_pb2
 from demo import FAKE_CH
 from tests.functional.harness import Harness, RealVmm
 from tests.functional.pod_sandbox import PodSandbox, api, missing_requirements, vm_info
@@ -81,7 +82,8 @@ def launch(pod, vmm_kind):
     made: list[Harness] = []
 
     def start(vmi: dict[str, Any], *, network_info: dict | None = None,
-              before_boot: Callable[[Harness], None] | None = None) -> Harness:
+              before_boot: Callable[[Harness], None] | None = None,
+              domain_attachments: dict[str, str] | None = None) -> Harness:
         harness = Harness(vmi=vmi, pod=pod, real=real_vmm(pod) if vmm_kind == "real" else None)
         made.append(harness)
         if network_info is not None:
@@ -91,7 +93,16 @@ def launch(pod, vmm_kind):
         pod.vif_cache(harness.layout.private_dir)
         if before_boot is not None:  # makes files as virt-handler or kubelet would (owners included)
             before_boot(harness)
-        harness.run(harness.boot())
+        if domain_attachments is None:
+            harness.run(harness.boot())
+            return harness
+        # virt-handler's Sync options carry each interface's domain attachment ("tap" for a
+        # managedTap plugin: pkg/network/domainspec/interface.go DomainAttachmentByInterfaceName)
+        options = cmd_pb2.VirtualMachineOptions(interfaceDomainAttachment=domain_attachments)
+        harness.run(harness.start())
+        assert harness.client is not None
+        harness.run(harness.client.sync(harness.vmi, options))
+        harness.run(harness.recorder.wait_for_status("Running", timeout=15))
         return harness
 
     yield start

@@ -101,6 +101,19 @@ def test_multus_secondary_networks_with_hashed_and_ordinal_names_boot_on_their_t
     assert (lease["ip"], lease["mtu"], lease["serverid"]) == ("192.168.7.5", "9000", "169.254.75.11")
 
 
+def test_a_managed_tap_binding_plugin_boots_on_the_tap_virt_handler_made(pod, launch):
+    net = hashed_pod_interface("blue")
+    pod.bridge(net, tap="tap" + net[3:], index=0, mtu=1500, mac="0a:00:00:00:00:09", ipam=False)
+
+    vh = launch(nic_vmi([{"name": "blue", "binding": {"name": "managed-tap-plugin"}}],
+                        [{"name": "blue", "multus": {"networkName": "blue-net"}}]),
+                domain_attachments={"blue": "tap"})
+
+    assert nets(vh) == [{"id": "blue", "tap": "tap" + net[3:], "mac": "0a:00:00:00:00:09", "num_queues": 2}]
+    assert vmm_info(vh)["state"] == "Running"
+    assert not (vh.layout.private_dir / f"dhcp_started-{net}").exists()  # no DHCP, as upstream
+
+
 @pytest.mark.parametrize("mode", ["client", "server"])
 def test_a_vhost_user_interface_boots_against_a_real_vhost_user_peer(pod, launch, vmm_kind, mode):
     sockets = pod.root / "vhostuser"
