@@ -110,7 +110,8 @@ class Conflict(ChApiError):
 
     Covers "VM is already created", "VM is not running", invalid state transitions
     (`InvalidStateTransition(Paused, Paused)`), snapshot of a running VM, receive-migration with a
-    VM present, "No device with id ... to remove" and, on main after v53, any other 404 for an
+    VM present, an unknown device id ("No device with id ... to remove" on a created VM, "Failed
+    to find device corresponding to the given identifier" on a booted one) and, on main after v53, any other 404 for an
     unknown device id, 409 (duplicate id or device path on main), and 429 "Too Many Requests" (a
     vCPU removal is still pending: retry later, `status == 429`).
     Use `already_in_state()` to tell "already where you wanted it" from a real refusal.
@@ -162,6 +163,8 @@ _CONFLICT_TEXTS = (
     "when a VM is already created",
     "currently migrating",
     "No device with id",  # 'No device with id "x" to remove' (500 on v53.0, 404 on main)
+    # the same for a booted VM (DeviceManagerError::UnknownDeviceId, vmm/src/device_manager.rs@v53.0)
+    "Failed to find device corresponding to the given identifier",
 )
 
 

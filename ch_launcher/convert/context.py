@@ -88,6 +88,7 @@ class Translation:
         self.shared_memory_reasons: list[str] = []  # devices that need memory.shared (or hugepages)
         self.serial_socket: str | None = None
         self.dhcp: list[DhcpSpec] = []  # DHCP servers the launcher runs (masquerade, bridge)
+        self.hotplug_disks: set[str] = set()  # disks of hotplugged volumes (attached and detached live)
 
     @property
     def vmi_dir(self) -> str:

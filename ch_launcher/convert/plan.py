@@ -150,3 +150,4 @@ class Plan:
     interfaces: list[DomainInterface] = field(default_factory=list)
     serial_socket: str | None = None  # where the VMM's serial console listens, if anywhere
     dhcp: list[DhcpSpec] = field(default_factory=list)  # servers to run before the guest boots
+    hotplug_disks: set[str] = field(default_factory=set)  # disk names of hotplugged volumes

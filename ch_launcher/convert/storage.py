@@ -50,6 +50,7 @@ from ch_launcher.convert.cloudinit import (
     CLOUD_INIT_KINDS, access_credentials, cloud_init_step, first_cloud_init_volume,
 )
 from ch_launcher.convert.context import Translation
+from ch_launcher.convert.hotplug_volumes import hotplug_path, hotplug_ready, is_hotplugged, volume_status
 from ch_launcher.convert.plan import (
     BuildIso, CreateOverlay, CreateSparseImage, RequireFile, Step,
 )
@@ -117,6 +118,8 @@ def configure_storage(t: Translation) -> None:
             t.unsupported(f"{path}.name", f"{path}.Name '{disk.name}' not found.", "FieldValueInvalid")
             continue
         vi, volume = found
+        status = volume_status(t.vmi.status.volumeStatus, volume.name)
+        hotplugged = is_hotplugged(volume, status)
         if disk.bootOrder is not None:
             if disk.bootOrder < 1:
                 t.unsupported(f"{path}.bootOrder", f"{path}.bootOrder must have a value greater than 0",
@@ -126,7 +129,11 @@ def configure_storage(t: Translation) -> None:
                               f"{boot_orders[disk.bootOrder]}", "FieldValueInvalid")
             else:
                 boot_orders[disk.bootOrder] = path
-        result = _disk(t, path, disk, vi, volume, cloud_init, ssh_key_dirs)
+        result = _disk(t, path, disk, vi, volume, cloud_init, ssh_key_dirs, hotplugged=hotplugged)
+        if result is not None and hotplugged:
+            if not hotplug_ready(status):
+                continue  # checked, but not in the pod yet: a later Sync attaches it
+            t.hotplug_disks.add(disk.name)
         if result is not None:
             translated.append((disk.bootOrder, position, *result))
 
@@ -164,8 +171,8 @@ def _disk_entries(t: Translation, volumes: dict[str, tuple[int, Volume]]) -> lis
 
 
 def _disk(t: Translation, path: str, disk: Disk, vi: int, volume: Volume, cloud_init: str | None,
-          ssh_key_dirs: tuple[str, ...]) -> tuple[DiskConfig, DomainDisk] | None:
-    ok = _check_disk_device(t, path, disk)
+          ssh_key_dirs: tuple[str, ...], *, hotplugged: bool = False) -> tuple[DiskConfig, DomainDisk] | None:
+    ok = _check_disk_device(t, path, disk, hotplugged)
     image = _volume(t, vi, volume, cloud_init, ssh_key_dirs)
     if image is None or not ok:
         return None
@@ -183,7 +190,7 @@ def _disk(t: Translation, path: str, disk: Disk, vi: int, volume: Volume, cloud_
     readonly = image.readonly or bool(disk.disk and disk.disk.readonly)
     if readonly:
         config["readonly"] = True
-    if not _disk_options(t, path, disk, config):
+    if not _disk_options(t, path, disk, config, hotplugged):
         return None
     devices = t.vmi.spec.domain.devices
     boot_vcpus = t.config.cpus.boot_vcpus if t.config.cpus else 1
@@ -198,7 +205,7 @@ def _disk(t: Translation, path: str, disk: Disk, vi: int, volume: Volume, cloud_
     return DiskConfig(**config), domain
 
 
-def _check_disk_device(t: Translation, path: str, disk: Disk) -> bool:
+def _check_disk_device(t: Translation, path: str, disk: Disk, hotplugged: bool = False) -> bool:
     """The disk's device type and bus. Returns whether it is a virtio disk."""
     ok = True
     for kind, why in (("lun", "it emulates no SCSI; attach the volume as a virtio disk instead"),
@@ -216,6 +223,10 @@ def _check_disk_device(t: Translation, path: str, disk: Disk) -> bool:
             # every `disk: {}`, so it is a degradation: the disk is attached as virtio-blk.
             t.warn(f"{path}.disk.bus", f"{path}.disk.bus 'sata' is attached as virtio-blk (no SATA in "
                    "Cloud Hypervisor): the guest sees /dev/vdX")
+        elif target.bus == "scsi" and hotplugged:
+            # `virtctl addvolume`'s default bus (kubevirt pkg/virtctl/vm/add_volume.go@d923fdb815cd).
+            t.warn(f"{path}.disk.bus", f"{path}.disk.bus 'scsi' of a hotplugged disk is attached as virtio-blk "
+                   "(no SCSI in Cloud Hypervisor): the guest sees /dev/vdX")
         elif target.bus not in ("", "virtio"):
             t.unsupported(f"{path}.disk.bus", f"{path}.disk.bus '{target.bus}' is not supported by Cloud "
                           "Hypervisor: its disks are virtio only; set bus: virtio")
@@ -227,10 +238,16 @@ def _check_disk_device(t: Translation, path: str, disk: Disk) -> bool:
     return ok
 
 
-def _disk_options(t: Translation, path: str, disk: Disk, config: dict[str, Any]) -> bool:
+def _disk_options(t: Translation, path: str, disk: Disk, config: dict[str, Any], hotplugged: bool = False) -> bool:
     ok = True
     if disk.serial:
-        if len(disk.serial.encode()) > MAX_SERIAL_BYTES:
+        if len(disk.serial.encode()) > MAX_SERIAL_BYTES and hotplugged:
+            # virtctl addvolume sets the volume name (up to 63 characters) as the serial.
+            serial = disk.serial.encode()[:MAX_SERIAL_BYTES].decode(errors="ignore")
+            t.warn(f"{path}.serial", f"{path}.serial '{disk.serial}' is truncated to '{serial}', the "
+                   f"{MAX_SERIAL_BYTES} bytes a virtio disk serial holds")
+            config["serial"] = serial
+        elif len(disk.serial.encode()) > MAX_SERIAL_BYTES:
             t.unsupported(f"{path}.serial", f"{path}.serial '{disk.serial}' is longer than {MAX_SERIAL_BYTES} "
                           "bytes, the most a virtio disk serial holds", "FieldValueInvalid")
             ok = False
@@ -287,11 +304,12 @@ def _volume(t: Translation, vi: int, volume: Volume, cloud_init: str | None,
         return _Image(overlay, "Qcow2", backing_files=True, steps=[
             CreateOverlay(field=f"{vpath}.containerDisk", path=overlay, backing=backing, backing_format="")])
     if kind in ("persistentVolumeClaim", "dataVolume"):
-        source = getattr(volume, kind)
-        if source.hotpluggable:
-            _reject_hotplug(t, f"{vpath}.{kind}.hotpluggable")
-            return None
-        image = _pvc_image(t, f"{vpath}.{kind}", name)
+        status = volume_status(t.vmi.status.volumeStatus, name)
+        if is_hotplugged(volume, status):
+            block = _is_block(t, name)
+            image = _Image(hotplug_path(env.hotplug_disk_dir, name, block), "Raw", block=block)
+        else:
+            image = _pvc_image(t, f"{vpath}.{kind}", name)
         if image is not None and kind == "persistentVolumeClaim" and volume.persistentVolumeClaim.readOnly:
             image.readonly = True
         return image
@@ -331,11 +349,6 @@ def _volume(t: Translation, vi: int, volume: Volume, cloud_init: str | None,
     t.unsupported(vpath, f"{vpath} '{name}' has no volume source the Cloud Hypervisor backend knows",
                   "FieldValueRequired")
     return None
-
-
-def _reject_hotplug(t: Translation, path: str) -> None:
-    t.unsupported(path, f"{path} is not supported by the Cloud Hypervisor backend yet: volume hotplug "
-                  "goes through virt-handler's attachment pods, which are not wired to it")
 
 
 def _status(t: Translation, name: str) -> VolumeStatus | None:

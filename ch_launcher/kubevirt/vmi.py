@@ -558,9 +558,23 @@ class PVCInfo(_Model):
     preallocated: bool = False
 
 
+class HotplugVolumeStatus(_Model):
+    attachPodName: str = ""
+    attachPodUID: str = ""
+
+
+# `status.volumeStatus[].phase` values of a hotplugged volume in which virt-handler has mounted
+# it into the launcher pod (kubevirt staging/src/kubevirt.io/api/core/v1/types.go@d923fdb815cd):
+# the launcher attaches the disk only then (converter/storage/configurator.go: hotplugReady).
+HOTPLUG_READY_PHASES = ("MountedToPod", "Ready")
+
+
 class VolumeStatus(_Model):
     name: str
     target: str = ""
+    phase: str = ""
+    reason: str = ""
+    hotplugVolume: HotplugVolumeStatus | None = None
     persistentVolumeClaimInfo: PVCInfo | None = None
 
 
@@ -570,6 +584,19 @@ class InterfaceStatus(_Model):
     ipAddress: str = ""
     interfaceName: str = ""
     podInterfaceName: str = ""
+    infoSource: str = ""  # comma-separated: domain, guest-agent, multus-status
+
+
+class MemoryStatus(_Model):
+    guestAtBoot: Quantity | None = None
+    guestCurrent: Quantity | None = None
+    guestRequested: Quantity | None = None
+
+
+class CPUTopology(_Model):
+    cores: int = 0
+    sockets: int = 0
+    threads: int = 0
 
 
 class MigrationState(_Model):
@@ -584,6 +611,9 @@ class VMIStatus(_Model):
     interfaces: list[InterfaceStatus] = Field(default_factory=list)
     migrationState: MigrationState | None = None
     launcherContainerImageVersion: str = ""
+    runtimeUser: int = 0
+    memory: MemoryStatus | None = None
+    currentCPUTopology: CPUTopology | None = None
 
 
 class VirtualMachineInstance(_Model):

@@ -209,8 +209,10 @@ def test_hot_add_is_validated_at_once(fake: Vmm) -> None:
 
 def test_removing_an_unknown_device_is_a_conflict(fake: Vmm) -> None:
     fake.client.create(fake.config())
-    fake.client.boot()
     with pytest.raises(Conflict, match='No device with id "ghost" to remove'):
+        fake.client.remove_device("ghost")
+    fake.client.boot()
+    with pytest.raises(Conflict, match="Failed to find device corresponding to the given identifier: ghost"):
         fake.client.remove_device("ghost")
 
 

@@ -192,6 +192,8 @@ class FakeCloudHypervisor:
         self.payload_limit = 4 << 20 if version[0] >= 54 else 51200
         self.acpi_delay = env_seconds("FAKE_CH_ACPI_DELAY", 0.2, allow_never=True)
         self.vcpu_removal_delay = env_seconds("FAKE_CH_VCPU_REMOVAL_DELAY", 0.1)
+        self.eject_delay = env_seconds("FAKE_CH_EJECT_DELAY", 0.05, allow_never=True)
+        self.virtio_mem_delay = env_seconds("FAKE_CH_VIRTIO_MEM_DELAY", 0.05, allow_never=True)
         self.serial = SerialPort(self.sel, buffer_when_detached=version[0] >= 53, log=self.log)
         self.vmm = Vmm(self)
         spec_path = os.environ.get("FAKE_CH_OPENAPI") or os.path.join(

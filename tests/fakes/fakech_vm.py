@@ -93,6 +93,8 @@ class Host(Protocol):
     no_shutdown: bool
     acpi_delay: float | None  # None: the guest ignores ACPI
     vcpu_removal_delay: float
+    eject_delay: float | None  # None: the guest never acknowledges a PCI hot-unplug
+    virtio_mem_delay: float | None  # None: the guest has no virtio-mem driver
 
     def event(self, source: str, event: str, properties: dict[str, str] | None = None) -> None: ...
     def log(self, level: str, message: str) -> None: ...
@@ -149,6 +151,9 @@ class Vm:
         self.bdfs: dict[str, str] = {}
         self.pending_guest: list[str] = []  # guest actions deferred while paused
         self.vcpu_removal_until = 0.0  # the guest is still offlining vCPUs (CpuManager's, gone with the Vm)
+        self.vcpus_present = 0  # while a removal is pending: the vCPUs still there
+        self.disk_locks: dict[str, int] = {}  # disk id -> its lock fd (also in lock_fds)
+        self.virtio_mem_plugged = 0  # bytes the guest's virtio-mem driver has plugged
 
     def release(self) -> None:
         for fd in self.lock_fds:
@@ -339,6 +344,7 @@ class Vmm:
             readonly = bool(disk.get("readonly"))
             try:
                 vm.lock_fds.append(_lock_image(disk["path"], readonly))
+                vm.disk_locks[disk.get("id") or disk["path"]] = vm.lock_fds[-1]
             except OSError:
                 vm.release()
                 raise LockFailed(disk["path"], "Read" if readonly else "Write") from None
@@ -359,9 +365,12 @@ class Vmm:
         info: dict[str, Any] = {"config": self.config, "state": self.state}
         if self.host.version[0] < 53:
             info = checks.with_nulls(info)
+        memory = self.config.get("memory") or {}
+        base = memory.get("size", 512 << 20)  # total_size() - hotplugged_size() (vmm/src/lib.rs vm_info)
+        info["memory_actual_size"] = base
         if self.vm is not None:
-            mem = (self.config.get("memory") or {}).get("size", 512 << 20)
-            info["memory_actual_size"] = mem
+            balloon = (self.config.get("balloon") or {}).get("size", 0)
+            info["memory_actual_size"] = max(base - balloon, 0) + self.vm.virtio_mem_plugged
             info["device_tree"] = {
                 dev_id: {"id": dev_id, "resources": [], "children": [], "pci_bdf": bdf}
                 for dev_id, bdf in self.vm.bdfs.items()
@@ -457,7 +466,8 @@ class Vmm:
     # --- guest-initiated actions ----------------------------------------------------------
 
     def guest(self, action: str) -> None:
-        """A guest action: "poweroff", "reboot", or "panic"/"crash_loaded" (pvpanic)."""
+        """A guest action: "poweroff", "reboot", or "panic"/"crash_loaded" (pvpanic), or
+        "eject:<id>" deferred while paused."""
         vm = self.vm
         if vm is None or vm.state == "Created":
             self.host.log("WARN", f"guest {action} ignored: no VM is running")
@@ -466,7 +476,9 @@ class Vmm:
             self.host.log("INFO", f"guest {action} deferred: the VM is paused")
             vm.pending_guest.append(action)
             return
-        if action == "poweroff":
+        if action.startswith("eject:"):
+            self.guest_ejects(vm, action[len("eject:"):])
+        elif action == "poweroff":
             self.stop_vm()
             if not self.host.no_shutdown:
                 self.shutdown_vmm()
@@ -485,31 +497,84 @@ class Vmm:
     # --- resize and devices ---------------------------------------------------------------
 
     def api_vm_resize(self, body: Any) -> tuple[int, Any]:
+        """`vm_resize` (vmm/src/lib.rs, vm.rs, cpu.rs, memory_manager.rs@v53.0). Without a booted VM
+        only the config changes. Booted: vCPUs are added at once and removed when the guest has
+        offlined them (another resize meanwhile: 429); virtio-mem memory is requested from the
+        guest's driver (`hotplugged_size` in the config), which plugs it after
+        FAKE_CH_VIRTIO_MEM_DELAY (never: no driver); ACPI memory grows `size`."""
         if self.config is None:
             raise self.fail("vm.resize", "VM is not created", kind="not_created")
         if not isinstance(body, dict):
             raise HttpFailure(400, ["Bad Request"])
         vcpus, ram, balloon = body.get("desired_vcpus"), body.get("desired_ram"), body.get("desired_balloon")
-        if self.vm is not None and time.monotonic() < self.vm.vcpu_removal_until:
-            raise HttpFailure(429, ["Too Many Requests"])
         cpus = self.config.setdefault("cpus", {"boot_vcpus": 1, "max_vcpus": 1})
+        memory = self.config.setdefault("memory", {"size": 512 << 20})
+        vm = self.vm
+        if vm is None:  # the stored config only (vmm/src/lib.rs vm_resize, VmOwnership::None)
+            if vcpus is not None:
+                cpus["boot_vcpus"] = vcpus
+            if ram is not None:
+                memory["size"] = ram
+            if balloon is not None and self.config.get("balloon") is not None:
+                self.config["balloon"]["size"] = balloon
+            return 204, None
+        self.host.event("vm", "resizing")
         if vcpus is not None:
-            if vcpus > cpus.get("max_vcpus", 1) or vcpus < 1:
-                raise self.fail("vm.resize", "Error from CPU manager", f"Number of vCPUs ({vcpus}) is invalid")
-            if self.vm is not None and vcpus < cpus.get("boot_vcpus", 1):
-                # The guest removes vCPUs asynchronously; meanwhile another resize gets 429.
-                self.vm.vcpu_removal_until = time.monotonic() + self.host.vcpu_removal_delay
-        if self.vm is not None:
-            self.host.event("vm", "resizing")
-        if vcpus is not None:
+            # CpuManager::resize compares with the vCPUs present, which include those the
+            # guest has not offlined yet; the config takes the desired count either way.
+            present = cpus.get("boot_vcpus", 1) if time.monotonic() >= vm.vcpu_removal_until else vm.vcpus_present
+            if vcpus != present:
+                if vcpus < 1:
+                    raise self.fail("vm.resize", "Error from CPU manager", "Requested zero vCPUs")
+                if time.monotonic() < vm.vcpu_removal_until:
+                    raise HttpFailure(429, ["Too Many Requests"])
+                if vcpus > cpus.get("max_vcpus", 1):
+                    raise self.fail("vm.resize", "Error from CPU manager", "Requested vCPUs exceed maximum")
+                if vcpus < present:
+                    # The guest removes vCPUs asynchronously; meanwhile another resize gets 429.
+                    vm.vcpu_removal_until = time.monotonic() + self.host.vcpu_removal_delay
+                    vm.vcpus_present = present
             cpus["boot_vcpus"] = vcpus
         if ram is not None:
-            self.config.setdefault("memory", {})["size"] = ram
+            self.resize_memory(vm, memory, ram)
         if balloon is not None and self.config.get("balloon") is not None:
             self.config["balloon"]["size"] = balloon
-        if self.vm is not None:
-            self.host.event("vm", "resized")
+        self.host.event("vm", "resized")
         return 204, None
+
+    def resize_memory(self, vm: Vm, memory: dict[str, Any], ram: int) -> None:
+        boot = memory.get("size", 512 << 20)
+        if memory.get("hotplug_method") != "VirtioMem":
+            if ram > boot and memory.get("hotplug_size"):
+                memory["size"] = ram  # ACPI: a new DIMM region, the guest onlines it
+            return
+        if ram < boot:
+            raise self.fail("vm.resize", "Memory manager error",
+                            f"Invalid resize request: desired_size = {ram} below boot size = {boot}")
+        requested = ram - boot
+        current = memory.get("hotplugged_size") or 0
+        region = memory.get("hotplug_size") or 0
+        why = ""
+        if requested == current:
+            why = f"new size 0x{requested:x} and requested_size are identical"
+        elif requested > region:
+            why = f"new size 0x{requested:x} is bigger than region_size 0x{region:x}"
+        elif requested % (2 << 20):
+            why = f"new size 0x{requested:x} is not aligned on block_size 0x{2 << 20:x}"
+        if why:
+            raise self.fail("vm.resize", "Memory manager error", "Failed to virtio-mem resize",
+                            "Resize invalid argument",
+                            f"Failed to update virtio configuration: ResizeError({why})")  # fmt: skip
+        if requested:
+            memory["hotplugged_size"] = requested
+        else:
+            memory.pop("hotplugged_size", None)
+        delay = self.host.virtio_mem_delay
+        if delay is not None:
+            def plug() -> None:
+                if self.vm is vm:
+                    vm.virtio_mem_plugged = requested
+            self.host.schedule(delay, plug)
 
     def api_vm_resize_zone(self, body: Any) -> tuple[int, Any]:
         if self.config is None:
@@ -529,7 +594,10 @@ class Vmm:
             raise self.fail("vm.resize-disk", "Failed resizing a disk image")
         disk_id = body.get("id") if isinstance(body, dict) else None
         if not any(d.get("id") == disk_id for d in self.vm.config.get("disks") or []):
-            raise self.fail("vm.resize-disk", "Failed resizing a disk image", kind="unknown_device")
+            # DeviceManager::resize_disk (vmm/src/device_manager.rs@v53.0)
+            raise self.fail("vm.resize-disk", "Error from device manager",
+                            f"Failed to find device corresponding to the given identifier: {disk_id}",
+                            kind="unknown_device")  # fmt: skip
         return 204, None
 
     def add_device(self, endpoint: str, body: Any) -> tuple[int, Any]:
@@ -568,6 +636,7 @@ class Vmm:
         if key == "disks" and dev.get("path") and not dev.get("vhost_user"):
             try:
                 self.vm.lock_fds.append(_lock_image(dev["path"], bool(dev.get("readonly"))))
+                self.vm.disk_locks[dev["id"]] = self.vm.lock_fds[-1]
             except OSError:
                 raise self.fail(endpoint, "Error from device manager", "Cannot lock images of all block devices") from None
         self.config.clear()
@@ -582,17 +651,44 @@ class Vmm:
         return 200, {"id": dev["id"], "bdf": bdf}
 
     def api_vm_remove_device(self, body: Any) -> tuple[int, Any]:
+        """`vm_remove_device` (vmm/src/lib.rs, device_manager.rs@v53.0): on a booted VM the device
+        leaves the config at once and the guest is told (ACPI PCID); it stays in the device tree,
+        its image locked, until the guest ejects it (B0EJ), and only then `vm:device-removed`.
+        A guest that never ejects (FAKE_CH_EJECT_DELAY=never) keeps it forever."""
         if not isinstance(body, dict) or not isinstance(body.get("id"), str):
             raise HttpFailure(400, ["Bad Request"])
         dev_id = body["id"]
         if self.config is None:
             raise self.fail("vm.remove-device", "VM is not created", kind="not_created")
-        if not checks.remove_from_config(self.config, dev_id):
-            raise self.fail("vm.remove-device", f'No device with id "{dev_id}" to remove', kind="unknown_device")
-        if self.vm is not None:
-            bdf = self.vm.bdfs.pop(dev_id, "0000:00:00.0")
-            self.host.event("vm", "device-removed", {"id": dev_id, "bdf": bdf})
+        vm = self.vm
+        if vm is None:
+            if not checks.remove_from_config(self.config, dev_id):
+                raise self.fail("vm.remove-device", f'No device with id "{dev_id}" to remove', kind="unknown_device")
+            return 204, None
+        if dev_id not in vm.bdfs or not checks.remove_from_config(self.config, dev_id):
+            raise self.fail("vm.remove-device", "Error from device manager",
+                            f"Failed to find device corresponding to the given identifier: {dev_id}",
+                            kind="unknown_device")  # fmt: skip
+        delay = self.host.eject_delay
+        if delay is None:
+            self.host.log("INFO", f"{dev_id}: hot-unplug requested; the guest never ejects it (FAKE_CH_EJECT_DELAY=never)")
+        else:
+            self.host.schedule(delay, lambda: self.guest_ejects(vm, dev_id))
         return 204, None
+
+    def guest_ejects(self, vm: Vm, dev_id: str) -> None:
+        """The guest wrote the device's slot to B0EJ: `eject_device`, then `vm:device-removed`."""
+        if self.vm is not vm or dev_id not in vm.bdfs:
+            return  # the VM stopped or was rebuilt from its config (which no longer has the device)
+        if vm.state == "Paused":
+            vm.pending_guest.append(f"eject:{dev_id}")
+            return
+        bdf = vm.bdfs.pop(dev_id)
+        fd = vm.disk_locks.pop(dev_id, None)
+        if fd is not None:
+            vm.lock_fds.remove(fd)
+            os.close(fd)
+        self.host.event("vm", "device-removed", {"id": dev_id, "bdf": bdf})
 
     # --- snapshot, restore, migration -----------------------------------------------------
 

@@ -102,12 +102,53 @@ def test_a_read_only_claim_gives_a_read_only_disk() -> None:
     assert disk["readonly"] is True
 
 
-@pytest.mark.parametrize("source", [{"persistentVolumeClaim": {"claimName": "c", "hotpluggable": True}},
-                                    {"dataVolume": {"name": "dv", "hotpluggable": True}}])
-def test_hotpluggable_volumes_are_refused(source: dict[str, Any]) -> None:
-    kind = next(iter(source))
-    p = problem(run(vmi(disks=[virtio("d")], volumes=[{"name": "d", **source}])), f"spec.volumes[0].{kind}.hotpluggable")
-    assert "hotplug" in p.message
+HOTPLUG_SOURCES = [{"persistentVolumeClaim": {"claimName": "c", "hotpluggable": True}},
+                   {"dataVolume": {"name": "dv", "hotpluggable": True}}]
+
+
+def hotplug_status(name: str, phase: str = "MountedToPod", mode: str = "Filesystem") -> dict[str, Any]:
+    return {**pvc_status(name, mode=mode), "phase": phase, "hotplugVolume": {"attachPodName": f"hp-{name}"}}
+
+
+@pytest.mark.parametrize("source", HOTPLUG_SOURCES)
+@pytest.mark.parametrize("mode, path", [("Filesystem", "/hp/d.img"), ("Block", "/hp/d")])
+def test_a_mounted_hotplugged_volume_is_a_disk_at_virt_handlers_hotplug_path(source: dict[str, Any], mode: str,
+                                                                            path: str) -> None:
+    body = with_status(vmi(disks=[virtio("d")], volumes=[{"name": "d", **source}]), hotplug_status("d", mode=mode))
+    disk, made, verdict = one(body, hotplug_disk_dir="/hp/")
+    assert disk == {"id": "d", "path": path, "image_type": "Raw"}
+    assert made == []  # virt-handler mounts it; nothing for the launcher to create
+    assert verdict.plan.hotplug_disks == {"d"}
+    domain = verdict.plan.disks[0]
+    assert (domain.source_dev, domain.source_file) == ((path, "") if mode == "Block" else ("", path))
+
+
+@pytest.mark.parametrize("status", [None, "Bound", "Pending", "AttachedToNode"])
+def test_a_hotplugged_volume_not_yet_mounted_into_the_pod_is_not_attached(status: str | None) -> None:
+    body = vmi(disks=[virtio("d"), virtio("boot")], volumes=[{"name": "d", **HOTPLUG_SOURCES[0]}, container_disk("boot")])
+    if status is not None:
+        body = with_status(body, hotplug_status("d", phase=status))
+    verdict = run(body, env())
+    assert verdict.allowed, verdict.problems
+    assert [d["id"] for d in disks(verdict)] == ["boot"] and verdict.plan.hotplug_disks == set()
+
+
+def test_virtctl_addvolumes_defaults_scsi_and_a_long_serial_are_degraded_on_a_hotplugged_disk() -> None:
+    name = "a-volume-name-longer-than-twenty"
+    body = with_status(vmi(disks=[{"name": name, "disk": {"bus": "scsi"}, "serial": name}],
+                           volumes=[{"name": name, **HOTPLUG_SOURCES[0]}]), hotplug_status(name))
+    disk, _, verdict = one(body)
+    assert disk["serial"] == name[:20]
+    assert fields(verdict.warnings) == ["spec.domain.devices.disks[0].disk.bus", "spec.domain.devices.disks[0].serial"]
+    # a disk present at boot keeps the strict rules
+    cold = vmi(disks=[{"name": "d", "disk": {"bus": "scsi"}, "serial": name}], volumes=[container_disk("d")])
+    assert fields(run(cold, env()).problems) == ["spec.domain.devices.disks[0].disk.bus"]
+
+
+def test_a_hotplugged_lun_is_still_refused_naming_the_field() -> None:
+    body = with_status(vmi(disks=[{"name": "d", "lun": {"bus": "scsi"}}], volumes=[{"name": "d", **HOTPLUG_SOURCES[0]}]),
+                       hotplug_status("d"))
+    assert "spec.domain.devices.disks[0].lun" in fields(run(body, env()).problems)
 
 
 @pytest.mark.parametrize("mode, backing", [("Filesystem", "/p/vmi-disks/d/disk.img"), ("Block", "/dev/d")])
