@@ -49,6 +49,7 @@ class _Vm:
     saw_shutdown: bool = False          # the current VMM announced vm:shutdown
     panic_count: int = 0
     grace: GracePeriod = field(default_factory=GracePeriod)  # replaced, never mutated
+    removing: set[str] = field(default_factory=set)  # disks detached, not yet ejected by the guest
 
 
 class DomainManager:
@@ -64,6 +65,7 @@ class DomainManager:
         self._plan: Plan | None = None
         self._planned_vmi: VirtualMachineInstance | None = None  # the VMI the plan was made from
         self._options: LauncherOptions | None = None
+        self._devices_seen: Any = None      # the VMI device facts the live devices were last synced to
         self._host = VmmHost(settings, self._api, self._on_event, self._on_vmm_exit)
         self._guest = GuestServices(settings)
         self._domain_json = ""
@@ -227,6 +229,7 @@ class DomainManager:
             self._publish()
             if self._planned_vmi is not None and vm.state in (VmState.RUNNING, VmState.PAUSED):
                 refuse_hotplug(self._planned_vmi, vmi)
+                await self._sync_disks(vmi, options)
         elif step is Step.TRANSLATE:
             assert vmi is not None
             from ch_launcher.convert import LauncherOptions
@@ -363,10 +366,76 @@ class DomainManager:
             raise CommandFailed(message) from None
         self._vm.down = None
         self._vm.user_paused = start_paused  # a pause of an earlier boot does not carry over
+        for disk in list(self._vm.removing):  # a fresh VM from a config without the disk
+            self._disk_ejected(disk)
         self._set_state(VmState.PAUSED if start_paused else VmState.RUNNING, force=True)
         self.booted_once.set()
         self._guest.attach_console()
         release_memory()
+
+    async def _sync_disks(self, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
+        """Attach the disks of newly mounted hotplugged volumes, detach those gone from the VMI
+        (`manager.hotplug`). Only when the VMI's disks, volumes or volume statuses changed, or
+        an attach is still waiting for its volume."""
+        devices = (vmi.spec.domain.devices.disks, vmi.spec.volumes, vmi.status.volumeStatus)
+        if devices == self._devices_seen:
+            return
+        from ch_launcher.ch.api import ChApiError
+        from ch_launcher.manager import hotplug
+
+        plan, vmm = self._plan, self._host.current
+        assert plan is not None
+        wanted = await self._translate(vmi, options or self._options or self._default_options())
+        changes = hotplug.plan_changes(plan, wanted, self._vm.removing)
+        waiting = False
+        for name in changes.detach:
+            if vmm is None:
+                break
+            try:
+                await self._api(vmm.client.remove_device, name)
+            except ChApiError as e:
+                raise CommandFailed(f"detaching the disk of volume {name} failed: {e}") from None
+            log.info("detaching the disk of volume %s; it leaves the Domain once the guest ejects it", name)
+            self._vm.removing.add(name)
+            plan.config.disks = [d for d in plan.config.disks or () if d.id != name] or None
+        for config, view in changes.attach:
+            if vmm is None:
+                break
+            if not await asyncio.to_thread(hotplug.ready_to_attach, config):
+                log.info("the volume of disk %s is not ready in the pod yet (%s); trying again at the next Sync",
+                         config.id, config.path)
+                waiting = True
+                continue
+            try:
+                await self._api(vmm.client.add_disk, config)
+            except ChApiError as e:
+                raise CommandFailed(f"attaching the disk of volume {config.id} failed: {e}") from None
+            view = replace(view, target_dev=hotplug.free_target(plan.disks))
+            plan.disks.append(view)
+            plan.config.disks = [*(plan.config.disks or ()), config]
+            plan.hotplug_disks.add(config.id or view.alias)
+            log.info("attached the disk of volume %s as %s", view.alias, view.target_dev)
+        self._devices_seen = None if waiting else devices
+        if changes:
+            self._publish()
+
+    def _disk_ejected(self, name: str) -> None:
+        """`vm:device-removed`, or a VM rebuilt from a config that no longer has the disk."""
+        plan = self._plan
+        self._vm.removing.discard(name)
+        if plan is None:
+            return
+        before = len(plan.disks)
+        plan.disks = [d for d in plan.disks if d.alias != name]
+        plan.hotplug_disks.discard(name)
+        if len(plan.disks) != before:
+            log.info("the disk of volume %s is gone from the VM", name)
+            self._publish(force=True)
+
+    def _default_options(self) -> LauncherOptions:
+        from ch_launcher.convert import LauncherOptions
+
+        return LauncherOptions()
 
     async def _vm_call(self, what: str, call: Callable[[Any], None], new_state: VmState | None,
                        undo: Callable[[], None] | None = None) -> None:
@@ -433,6 +502,10 @@ class DomainManager:
             self._set_state(new or vm.state, force=name in lifecycle.NOTIFY_EVENTS)
         if name == "vm:rebooted":
             self._guest.attach_console()
+            for disk in list(vm.removing):  # rebuilt from its config, which has no such disk
+                self._disk_ejected(disk)
+        if name == "vm:device-removed" and event.properties:
+            self._disk_ejected(str(event.properties.get("id", "")))
 
     def _on_vmm_exit(self, vmm: VmmProcess) -> None:
         self._runner.background(self._vmm_gone(vmm))

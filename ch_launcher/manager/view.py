@@ -43,11 +43,10 @@ def vm_size(plan: Plan) -> tuple[int, int]:
 
 
 def refuse_hotplug(booted: VirtualMachineInstance, vmi: VirtualMachineInstance) -> None:
-    """virt-handler delivers disk and NIC hotplug as a changed VMI in a later Sync; this backend
-    does not hot-add devices, so say so instead of leaving virt-handler waiting for them."""
+    """virt-handler delivers NIC hotplug as a changed VMI in a later Sync; this backend does not
+    hot-add NICs yet, so say so instead of leaving virt-handler waiting for them. (Disks of
+    hotplugged volumes are attached and detached: `manager.hotplug`.)"""
     for path, before, after in (
-        ("spec.domain.devices.disks", [d.name for d in booted.spec.domain.devices.disks],
-         [d.name for d in vmi.spec.domain.devices.disks]),
         ("spec.domain.devices.interfaces", [i.name for i in booted.spec.domain.devices.interfaces],
          [i.name for i in vmi.spec.domain.devices.interfaces]),
     ):

@@ -528,18 +528,3 @@ def test_every_rpc_answers_within_its_deadline_and_failures_say_why(vh):
         assert stats["Name"] == "default_testvmi"
 
     vh.run(story())
-
-
-def test_a_disk_hotplugged_into_a_running_vmi_is_refused_naming_the_field(vh):
-    async def story():
-        await vh.boot()
-        vmi = vh.vmi_copy()
-        vmi["spec"]["domain"]["devices"]["disks"].append({"name": "hp", "disk": {"bus": "scsi"}})
-        vmi["spec"]["volumes"].append({"name": "hp", "persistentVolumeClaim": {"claimName": "pvc", "hotpluggable": True}})
-        reply = await vh.client.sync(vmi, check=False)
-        assert not reply.success
-        assert "spec.domain.devices.disks" in reply.message and "hotplug" in reply.message
-        assert (await vh.client.get_domain())["Status"]["Status"] == "Running"
-        await vh.client.sync(vh.vmi)  # the unchanged VMI still syncs
-
-    vh.run(story())

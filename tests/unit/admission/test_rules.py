@@ -268,3 +268,24 @@ def test_the_update_methods_are_read_from_the_kubevirt_cr():
     cr = {"spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": ["Evict"]}},
           "status": {"observedKubeVirtVersion": "v1.9.0"}}
     assert KubeVirtStatus.from_cr(cr).update_methods == ("Evict",)
+
+
+def _with_hotplugged_volume(obj):
+    """What `virtctl addvolume --volume-name=data-dv` adds (bus scsi, serial = the name)."""
+    obj = copy.deepcopy(obj)
+    spec = obj["spec"]["template"]["spec"] if obj["kind"] == "VirtualMachine" else obj["spec"]
+    spec["domain"]["devices"]["disks"].append({"name": "a-data-volume-longer-than-20", "disk": {"bus": "scsi"},
+                                               "serial": "a-data-volume-longer-than-20"})
+    spec["volumes"].append({"name": "a-data-volume-longer-than-20",
+                            "dataVolume": {"name": "data-dv", "hotpluggable": True}})
+    return obj
+
+
+@pytest.mark.parametrize("wrap", [lambda v: v, b.vm], ids=["vmi", "vm"])
+def test_virtctl_addvolume_on_a_running_vm_is_allowed_with_warnings_for_its_bus_and_serial(wrap):
+    old = wrap(b.vmi(annotations=CH))
+    response, verdict = decide(b.review(_with_hotplugged_volume(old), "UPDATE", old))
+    assert response["allowed"] is True and verdict == "warned"
+    warnings = " ".join(response["warnings"])
+    assert "disk.bus 'scsi' of a hotplugged disk is attached as virtio-blk" in warnings
+    assert "is truncated to 'a-data-volume-longer'" in warnings
