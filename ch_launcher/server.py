@@ -9,7 +9,8 @@ the boot finish in the background).
 
 Implemented: Info, Ping, SyncVirtualMachine, GetDomain, PauseVirtualMachine,
 UnpauseVirtualMachine, ShutdownVirtualMachine, KillVirtualMachine, DeleteVirtualMachine,
-ResetVirtualMachine, SoftRebootVirtualMachine, GetDomainStats, GetFilesystems ("[]"),
+ResetVirtualMachine, SoftRebootVirtualMachine, SyncVirtualMachineCPUs, SyncVirtualMachineMemory,
+GetDomainStats, GetFilesystems ("[]"),
 GetGuestInfo ("{}"), GetUsers ("[]"), GetQemuVersion ("cloud-hypervisor <version>"),
 SignalTargetPodCleanup. Every other RPC answers `success=false` naming the RPC and why
 (`NOT_SERVED`).
@@ -68,8 +69,6 @@ NOT_SERVED: dict[str, tuple[type, str]] = {
     "HotplugHostDevices": (pb.Response, f"host devices (VFIO, SR-IOV) are not supported by {_BACKEND}"),
     "VirtualMachineMemoryDump": (pb.Response, "memory dumps are not supported: Cloud Hypervisor's vm.coredump "
                                               "exists only in guest_debug builds"),
-    "SyncVirtualMachineCPUs": (pb.Response, f"vCPU hotplug is not supported by {_BACKEND} yet"),
-    "SyncVirtualMachineMemory": (pb.Response, f"memory hotplug is not supported by {_BACKEND} yet"),
     "GetSEVInfo": (pb.SEVInfoResponse, _NO_SEV),
     "GetLaunchMeasurement": (pb.LaunchMeasurementResponse, _NO_SEV),
     "InjectLaunchSecret": (pb.Response, _NO_SEV),
@@ -183,6 +182,23 @@ class CmdServicer(cmd_grpc.CmdServicer):
 
     async def SoftRebootVirtualMachine(self, request, context):  # noqa: N802
         return await self._command("SoftRebootVirtualMachine", request, context)
+
+    async def _resize(self, rpc: str, what: str, request: pb.VMIRequest, context: Any) -> pb.Response:
+        try:
+            vmi = decode_vmi(request.vmi.vmiJson)
+            done = await self._manager.resize(what, vmi, launcher_options(request.options),
+                                              budget=budget(context, LONG))
+        except CommandFailed as e:
+            log.warning("%s failed: %s", rpc, e)
+            return failure(str(e))
+        log.info("%s: %s", rpc, done)
+        return pb.Response(success=True)
+
+    async def SyncVirtualMachineCPUs(self, request, context):  # noqa: N802
+        return await self._resize("SyncVirtualMachineCPUs", "vcpus", request, context)
+
+    async def SyncVirtualMachineMemory(self, request, context):  # noqa: N802
+        return await self._resize("SyncVirtualMachineMemory", "memory", request, context)
 
     async def Ping(self, request, context):  # noqa: N802
         return pb.Response(success=True)

@@ -66,6 +66,7 @@ class DomainManager:
         self._planned_vmi: VirtualMachineInstance | None = None  # the VMI the plan was made from
         self._options: LauncherOptions | None = None
         self._devices_seen: Any = None      # the VMI device facts the live devices were last synced to
+        self._current_memory: int | None = None  # memory_actual_size after a memory resize
         self._host = VmmHost(settings, self._api, self._on_event, self._on_vmm_exit)
         self._guest = GuestServices(settings)
         self._domain_json = ""
@@ -187,6 +188,84 @@ class DomainManager:
                 return "still starting the VM in the background"
             raise CommandFailed(f"{intent.value} is still in progress after {budget:.0f} s") from None
 
+    async def resize(self, what: str, vmi: VirtualMachineInstance, options: LauncherOptions | None = None, *,
+                     budget: float = 18.0) -> str:
+        """SyncVirtualMachineCPUs (`what` = "vcpus") or SyncVirtualMachineMemory ("memory"):
+        resize the running VM to what `vmi` asks (`manager.resize`). Raises CommandFailed."""
+        name = "SyncVirtualMachineCPUs" if what == "vcpus" else "SyncVirtualMachineMemory"
+        try:
+            return await self._runner.run(name, lambda: self._resize(what, self._complete_metadata(vmi), options),
+                                          budget, lambda e: log.error("%s failed in the background: %s", name, e)
+                                          if e is not None else None)
+        except NotStarted as busy:
+            raise CommandFailed(f"the launcher is busy with {busy}; {name} was not started, try again") from None
+        except StillRunning:
+            raise CommandFailed(f"{name} is still in progress after {budget:.0f} s") from None
+
+    async def _resize(self, what: str, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> str:
+        from ch_launcher.ch.api import ChApiError, Conflict
+        from ch_launcher.manager import resize
+
+        plan, vmm = self._plan, self._host.current
+        if plan is None or vmm is None or self._vm.state not in (VmState.RUNNING, VmState.PAUSED):
+            raise CommandFailed(lifecycle.NOT_RUNNING)
+        wanted = await self._translate(vmi, options or self._options or self._default_options())
+        if what == "vcpus":
+            assert plan.config.cpus is not None
+            count = resize.desired_vcpus(plan, wanted)
+            for attempt in range(resize.VCPU_RETRIES + 1):
+                try:
+                    await self._api(vmm.client.resize, desired_vcpus=count)
+                    break
+                except Conflict as e:  # 429: the guest is still offlining vCPUs of an earlier resize
+                    if e.status != 429 or attempt == resize.VCPU_RETRIES:
+                        raise CommandFailed(f"failed to update vCPUs: {e}") from None
+                    await asyncio.sleep(resize.VCPU_RETRY_DELAY)
+                except ChApiError as e:
+                    raise CommandFailed(f"failed to update vCPUs: {e}") from None
+            plan.config.cpus.boot_vcpus = count
+            self._publish()
+            return f"{count} vCPUs"
+        ram = resize.desired_ram(plan, wanted)
+        memory = plan.config.memory
+        assert memory is not None
+        if ram - memory.size != (memory.hotplugged_size or 0):
+            try:
+                await self._api(vmm.client.resize, desired_ram=ram)
+            except ChApiError as e:
+                raise CommandFailed(f"failed to update Guest Memory: {e}") from None
+            memory.hotplugged_size = (ram - memory.size) or None
+        self._runner.background(self._follow_memory(vmm))
+        return f"{ram} bytes of memory"
+
+    async def _follow_memory(self, vmm: VmmProcess, period: float = 0.5, rounds: int = 20) -> None:
+        """Read `memory_actual_size` for a while after a memory resize: the guest's virtio-mem
+        driver plugs at its own pace and the Domain's CurrentMemory (virt-handler's
+        status.memory.guestCurrent) must follow. Bounded: also refreshed on every Sync."""
+        for _ in range(rounds):
+            if not await self._refresh_memory(vmm):
+                return
+            plan = self._plan
+            memory = plan.config.memory if plan is not None else None
+            if memory is not None and self._current_memory == memory.size + (memory.hotplugged_size or 0):
+                return
+            await asyncio.sleep(period)
+
+    async def _refresh_memory(self, vmm: VmmProcess) -> bool:
+        """Take `memory_actual_size` from vm.info into the Domain; False when the VMM is gone."""
+        from ch_launcher.ch.api import ChApiError
+
+        if vmm is not self._host.current:
+            return False
+        try:
+            info = await self._api(vmm.client.info)
+        except ChApiError:
+            return False
+        if info.memory_actual_size is not None and info.memory_actual_size != self._current_memory:
+            self._current_memory = info.memory_actual_size
+            self._publish()
+        return True
+
     def _ended_late(self, intent: Intent, error: BaseException | None) -> None:
         """A command that outlived its RPC has ended: remember a Sync's failure for the next Sync."""
         if isinstance(error, CommandFailed) and intent is Intent.SYNC:
@@ -230,6 +309,8 @@ class DomainManager:
             if self._planned_vmi is not None and vm.state in (VmState.RUNNING, VmState.PAUSED):
                 refuse_hotplug(self._planned_vmi, vmi)
                 await self._sync_disks(vmi, options)
+                if self._current_memory is not None and self._host.current is not None:
+                    await self._refresh_memory(self._host.current)
         elif step is Step.TRANSLATE:
             assert vmi is not None
             from ch_launcher.convert import LauncherOptions
@@ -565,7 +646,8 @@ class DomainManager:
         vm, vmi = self._vm, self._vmi
         status = lifecycle.domain_status(vm.state, user_paused=vm.user_paused, down=vm.down)
         text = "" if status is None or vmi is None or self._plan is None else domain_json(
-            domain_view(vmi, self._plan, *status, grace=vm.grace, panic_count=vm.panic_count))
+            domain_view(vmi, self._plan, *status, grace=vm.grace, panic_count=vm.panic_count,
+                        current_memory=self._current_memory))
         changed = text != self._domain_json
         self._domain_json = text
         if text and (changed or force):

@@ -14,10 +14,14 @@ if TYPE_CHECKING:
 
 
 def domain_view(vmi: VirtualMachineInstance, plan: Plan, status: LifeCycle, reason: Reason, *, grace: GracePeriod,
-                panic_count: int) -> DomainView:
-    """The Domain of the VM `plan` describes, made from `vmi`, in `status`/`reason`."""
+                panic_count: int, current_memory: int | None = None) -> DomainView:
+    """The Domain of the VM `plan` describes, made from `vmi`, in `status`/`reason`.
+    `Memory` is the boot memory plus what virtio-mem was asked for; `CurrentMemory` is
+    `current_memory` (vm.info's memory_actual_size) once known, else the same."""
     cfg = plan.config
     vcpus, memory = vm_size(plan)
+    if cfg.memory is not None and cfg.memory.hotplugged_size:
+        memory += cfg.memory.hotplugged_size
     topo = cfg.cpus.topology if cfg.cpus else None
     if topo is not None:
         sockets, cores, threads = topo.packages, topo.cores_per_die * topo.dies_per_package, topo.threads_per_core
@@ -29,6 +33,7 @@ def domain_view(vmi: VirtualMachineInstance, plan: Plan, status: LifeCycle, reas
         name=vmi.metadata.name, namespace=vmi.metadata.namespace, uid=vmi.metadata.uid,
         status=status, reason=reason, grace=grace,
         sockets=sockets, cores=cores, threads=threads, vcpus=vcpus, memory_bytes=memory,
+        current_memory_bytes=current_memory,
         disks=tuple(plan.disks), interfaces=tuple(plan.interfaces), acpi=acpi_enabled(vmi),
         uuid=vm_uuid(plan, vmi), machine=vmi.spec.domain.machine.type if vmi.spec.domain.machine else "",
         firmware="efi" if bootloader is not None and bootloader.efi is not None else "",

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 
 from ch_launcher.ch.api import Conflict, InternalError
-from tests.contract.harness import FAKE, Vmm
+from tests.contract.harness import FAKE, Backend, Vmm
 
 MiB = 1 << 20
 
@@ -61,8 +61,10 @@ def test_a_removed_disk_leaves_the_config_at_once_and_the_vm_only_when_the_guest
     assert "hot" not in (c.info().device_tree or {}) and not _write_locked(image)
 
 
-def test_a_guest_that_never_ejects_keeps_the_device_and_a_reboot_drops_it(start: Callable[..., Vmm]) -> None:
-    vmm = start(FAKE, env={"FAKE_CH_EJECT_DELAY": "never"})
+def test_a_guest_that_never_ejects_keeps_the_device_and_a_reboot_drops_it(backend: Backend,
+                                                                         start: Callable[..., Vmm]) -> None:
+    # The real VMM's guest here is firmware without an OS: it never ejects either.
+    vmm = start(backend, env={"FAKE_CH_EJECT_DELAY": "never"})
     c = vmm.client
     c.create(vmm.config())
     c.boot()
@@ -75,8 +77,9 @@ def test_a_guest_that_never_ejects_keeps_the_device_and_a_reboot_drops_it(start:
     assert "vm:device-removed" not in vmm.events.names()
 
 
-def test_virtio_mem_resize_asks_the_guest_and_the_actual_size_follows_its_driver(start: Callable[..., Vmm]) -> None:
-    vmm = start(FAKE, env={"FAKE_CH_VIRTIO_MEM_DELAY": "never"})
+def test_virtio_mem_resize_asks_the_guest_and_the_actual_size_follows_its_driver(backend: Backend,
+                                                                                start: Callable[..., Vmm]) -> None:
+    vmm = start(backend, env={"FAKE_CH_VIRTIO_MEM_DELAY": "never"})  # no driver, as the real VMM's guest
     c = vmm.client
     c.create(vmm.config(memory={"size": 256 * MiB, "hotplug_method": "VirtioMem", "hotplug_size": 512 * MiB}))
     c.boot()
