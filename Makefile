@@ -8,8 +8,9 @@ STAMP := $(VENV)/.installed-stamp
 # Debian packages the tests use (command:package): busybox (udhcpc plays the guest's DHCP client),
 # qemu-utils (qemu-img checks the qcow2 overlays we write), iproute2 (network namespaces),
 # binutils (assembles the tiny guest, tests/guest/), libcap2-bin (setcap: the pod sandbox gives its
-# interpreter copy the file capability the launcher image has, tests/functional/pod_sandbox.py).
-TEST_TOOLS := busybox:busybox qemu-img:qemu-utils ip:iproute2 as:binutils setcap:libcap2-bin
+# interpreter copy the file capability the launcher image has, tests/functional/pod_sandbox.py),
+# swtpm (the launcher runs it for VMIs with a TPM).
+TEST_TOOLS := busybox:busybox qemu-img:qemu-utils ip:iproute2 as:binutils setcap:libcap2-bin swtpm:swtpm
 # ... and the benchmarks: wrk (bench/admission.py's load generator).
 BENCH_TOOLS := wrk:wrk
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from decimal import Decimal
 
 from ch_launcher.ch.vmconfig import VmConfig
@@ -43,6 +44,7 @@ class LauncherEnv:
     container_disk_dir: str = paths.CONTAINER_DISK_DIR
     hotplug_disk_dir: str = paths.HOTPLUG_DISK_DIR
     firmware_dir: str = paths.FIRMWARE_DIR
+    root_swtpm_dir: str = paths.ROOT_SWTPM_DIR
     pod: PodFacts | None = None
 
 
@@ -89,6 +91,7 @@ class Translation:
         self.serial_socket: str | None = None
         self.dhcp: list[DhcpSpec] = []  # DHCP servers the launcher runs (masquerade, bridge)
         self.hotplug_disks: set[str] = set()  # disks of hotplugged volumes (attached and detached live)
+        self.tpm: Any = None  # convert.tpm.TpmSpec: the swtpm the launcher runs
 
     @property
     def vmi_dir(self) -> str:

@@ -21,7 +21,7 @@ reasons is the README feature table):
 - no display, input, sound or USB in CH: `autoattachGraphicsDevice` (nil means true), `video`,
   `inputs`, `autoattachInputDevice`, `sound` are dropped with a warning (the serial console
   stays); `clientPassthrough` (USB redirection) and `downwardMetrics` (a virtio-serial port) are
-  unsupported; `tpm` is unsupported until the launcher runs swtpm (CH supports TPM 2.0 through it);
+  unsupported (`tpm`: see `tpm`);
   `useVirtioTransitional` is unsupported (CH has modern virtio-pci only).
 """
 
@@ -56,9 +56,6 @@ def configure_devices(t: Translation) -> None:
     _watchdog(t)
     _panic_devices(t)
     _display_and_peripherals(t)
-    if devices.tpm is not None and devices.tpm.enabled is not False:
-        t.unsupported(f"{DEVICES}.tpm", f"{DEVICES}.tpm is not supported: the Cloud Hypervisor launcher "
-                      f"does not run swtpm")
     if devices.clientPassthrough is not None:
         t.unsupported(f"{DEVICES}.clientPassthrough", f"{DEVICES}.clientPassthrough is not supported: "
                       f"Cloud Hypervisor has no USB controller for redirection")

@@ -8,6 +8,7 @@ Each step names the VMI field it serves, so a failure at launch points at the fi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ch_launcher.ch.vmconfig import VmConfig
 from ch_launcher.convert.errors import Degradation
@@ -151,3 +152,4 @@ class Plan:
     serial_socket: str | None = None  # where the VMM's serial console listens, if anywhere
     dhcp: list[DhcpSpec] = field(default_factory=list)  # servers to run before the guest boots
     hotplug_disks: set[str] = field(default_factory=set)  # disk names of hotplugged volumes
+    tpm: Any = None  # convert.tpm.TpmSpec when the VM has a TPM (swtpm runs before boot)

@@ -17,6 +17,7 @@ from ch_launcher.convert.memory import configure_memory
 from ch_launcher.convert.network import configure_network
 from ch_launcher.convert.policy import configure_pci_budget, configure_policy
 from ch_launcher.convert.storage import configure_storage
+from ch_launcher.convert.tpm import configure_tpm
 
 CONFIGURATORS: list[Callable[[Translation], None]] = [
     configure_compute,
@@ -25,6 +26,7 @@ CONFIGURATORS: list[Callable[[Translation], None]] = [
     configure_console,
     configure_network,
     configure_devices,
+    configure_tpm,  # after firmware: the state directory is named by the firmware UUID
     configure_memory,
     configure_policy,
     configure_pci_budget,  # counts what every configurator above added

@@ -11,3 +11,8 @@ CONTAINER_DISK_DIR = "/var/run/kubevirt/container-disks"
 HOTPLUG_DISK_DIR = "/var/run/kubevirt/hotplug-disks"  # virt-launcher writes it with a trailing "/"
 CH_BINARY = "/usr/bin/cloud-hypervisor"
 FIRMWARE_DIR = "/usr/share/cloud-hypervisor"  # hypervisor-fw (BIOS guests) and CLOUDHV.fd (EFI)
+# swtpm state of a root VMI (status.runtimeUser 0): where virt-controller mounts the VM state
+# PVC's `swtpm` subpath (kubevirt pkg/util/util.go@d923fdb815cd PathForSwtpm). Non-root VMIs use
+# <private-dir>/libvirt/qemu/swtpm, which follows --private-dir.
+ROOT_SWTPM_DIR = "/var/lib/libvirt/swtpm"
+SWTPM_BINARY = "swtpm"  # Debian's swtpm, found on PATH (env CH_SWTPM overrides)

@@ -17,6 +17,7 @@ from ch_launcher.kubevirt.domain import GracePeriod, Reason, deleted_domain_view
 from ch_launcher.kubevirt.log import log_subcomponent_line
 from ch_launcher.lifecycle import Intent, Step, VmState
 from ch_launcher.manager.guest import GuestServices
+from ch_launcher.manager.live import LiveChanges
 from ch_launcher.manager.outbox import Outbox
 from ch_launcher.manager.pod import read_pod_facts, release_memory
 from ch_launcher.manager.runner import NotStarted, Runner, StillRunning
@@ -52,7 +53,7 @@ class _Vm:
     removing: set[str] = field(default_factory=set)  # disks detached, not yet ejected by the guest
 
 
-class DomainManager:
+class DomainManager(LiveChanges):
     """Runs one VM. Create, `await start()`, then call `execute()`; `await close()` at the end."""
 
     def __init__(self, settings: ManagerSettings, sink: EventSink | None = None) -> None:
@@ -67,6 +68,7 @@ class DomainManager:
         self._options: LauncherOptions | None = None
         self._devices_seen: Any = None      # the VMI device facts the live devices were last synced to
         self._current_memory: int | None = None  # memory_actual_size after a memory resize
+        self._swtpm: Any = None             # manager.tpm.Swtpm of a VM with a TPM
         self._host = VmmHost(settings, self._api, self._on_event, self._on_vmm_exit)
         self._guest = GuestServices(settings)
         self._domain_json = ""
@@ -100,7 +102,10 @@ class DomainManager:
 
     def owned_pids(self) -> set[int]:
         """Children whose exit status the VMM supervisor collects itself (not to be reaped by others)."""
-        return self._host.owned_pids()
+        pids = self._host.owned_pids()
+        if self._swtpm is not None and self._swtpm.pid is not None:
+            pids.add(self._swtpm.pid)
+        return pids
 
     async def domain_stats(self, timeout: float) -> str:
         """stats.DomainStats JSON of the running VM, or "" when there is none (contract §12).
@@ -161,6 +166,7 @@ class DomainManager:
         self._runner.cancel()
         self._vm.killing = True
         await self._host.close()
+        await self._stop_swtpm()
         await self._guest.stop()
         await self._outbox.close()
         self._ch.shutdown(wait=False, cancel_futures=True)
@@ -187,84 +193,6 @@ class DomainManager:
             if intent is Intent.SYNC:
                 return "still starting the VM in the background"
             raise CommandFailed(f"{intent.value} is still in progress after {budget:.0f} s") from None
-
-    async def resize(self, what: str, vmi: VirtualMachineInstance, options: LauncherOptions | None = None, *,
-                     budget: float = 18.0) -> str:
-        """SyncVirtualMachineCPUs (`what` = "vcpus") or SyncVirtualMachineMemory ("memory"):
-        resize the running VM to what `vmi` asks (`manager.resize`). Raises CommandFailed."""
-        name = "SyncVirtualMachineCPUs" if what == "vcpus" else "SyncVirtualMachineMemory"
-        try:
-            return await self._runner.run(name, lambda: self._resize(what, self._complete_metadata(vmi), options),
-                                          budget, lambda e: log.error("%s failed in the background: %s", name, e)
-                                          if e is not None else None)
-        except NotStarted as busy:
-            raise CommandFailed(f"the launcher is busy with {busy}; {name} was not started, try again") from None
-        except StillRunning:
-            raise CommandFailed(f"{name} is still in progress after {budget:.0f} s") from None
-
-    async def _resize(self, what: str, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> str:
-        from ch_launcher.ch.api import ChApiError, Conflict
-        from ch_launcher.manager import resize
-
-        plan, vmm = self._plan, self._host.current
-        if plan is None or vmm is None or self._vm.state not in (VmState.RUNNING, VmState.PAUSED):
-            raise CommandFailed(lifecycle.NOT_RUNNING)
-        wanted = await self._translate(vmi, options or self._options or self._default_options())
-        if what == "vcpus":
-            assert plan.config.cpus is not None
-            count = resize.desired_vcpus(plan, wanted)
-            for attempt in range(resize.VCPU_RETRIES + 1):
-                try:
-                    await self._api(vmm.client.resize, desired_vcpus=count)
-                    break
-                except Conflict as e:  # 429: the guest is still offlining vCPUs of an earlier resize
-                    if e.status != 429 or attempt == resize.VCPU_RETRIES:
-                        raise CommandFailed(f"failed to update vCPUs: {e}") from None
-                    await asyncio.sleep(resize.VCPU_RETRY_DELAY)
-                except ChApiError as e:
-                    raise CommandFailed(f"failed to update vCPUs: {e}") from None
-            plan.config.cpus.boot_vcpus = count
-            self._publish()
-            return f"{count} vCPUs"
-        ram = resize.desired_ram(plan, wanted)
-        memory = plan.config.memory
-        assert memory is not None
-        if ram - memory.size != (memory.hotplugged_size or 0):
-            try:
-                await self._api(vmm.client.resize, desired_ram=ram)
-            except ChApiError as e:
-                raise CommandFailed(f"failed to update Guest Memory: {e}") from None
-            memory.hotplugged_size = (ram - memory.size) or None
-        self._runner.background(self._follow_memory(vmm))
-        return f"{ram} bytes of memory"
-
-    async def _follow_memory(self, vmm: VmmProcess, period: float = 0.5, rounds: int = 20) -> None:
-        """Read `memory_actual_size` for a while after a memory resize: the guest's virtio-mem
-        driver plugs at its own pace and the Domain's CurrentMemory (virt-handler's
-        status.memory.guestCurrent) must follow. Bounded: also refreshed on every Sync."""
-        for _ in range(rounds):
-            if not await self._refresh_memory(vmm):
-                return
-            plan = self._plan
-            memory = plan.config.memory if plan is not None else None
-            if memory is not None and self._current_memory == memory.size + (memory.hotplugged_size or 0):
-                return
-            await asyncio.sleep(period)
-
-    async def _refresh_memory(self, vmm: VmmProcess) -> bool:
-        """Take `memory_actual_size` from vm.info into the Domain; False when the VMM is gone."""
-        from ch_launcher.ch.api import ChApiError
-
-        if vmm is not self._host.current:
-            return False
-        try:
-            info = await self._api(vmm.client.info)
-        except ChApiError:
-            return False
-        if info.memory_actual_size is not None and info.memory_actual_size != self._current_memory:
-            self._current_memory = info.memory_actual_size
-            self._publish()
-        return True
 
     def _ended_late(self, intent: Intent, error: BaseException | None) -> None:
         """A command that outlived its RPC has ended: remember a Sync's failure for the next Sync."""
@@ -373,6 +301,17 @@ class DomainManager:
             raise CommandFailed(f"preparing the VM failed: {cause(e.field, e.message)}") from None
         assert self._vmi is not None
         await self._guest.start(self._plan, self._vmi, self._options)
+        if self._plan.tpm is not None:
+            from ch_launcher.manager.tpm import Swtpm
+
+            if self._swtpm is None:
+                self._swtpm = Swtpm(self._plan.tpm)
+            await self._swtpm.start()
+
+    async def _stop_swtpm(self) -> None:
+        swtpm, self._swtpm = self._swtpm, None
+        if swtpm is not None:
+            await swtpm.stop()
 
     async def _ensure_vmm(self) -> VmmProcess:
         from ch_launcher.ch.process import VmmStartError
@@ -454,70 +393,6 @@ class DomainManager:
         self._guest.attach_console()
         release_memory()
 
-    async def _sync_disks(self, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
-        """Attach the disks of newly mounted hotplugged volumes, detach those gone from the VMI
-        (`manager.hotplug`). Only when the VMI's disks, volumes or volume statuses changed, or
-        an attach is still waiting for its volume."""
-        devices = (vmi.spec.domain.devices.disks, vmi.spec.volumes, vmi.status.volumeStatus)
-        if devices == self._devices_seen:
-            return
-        from ch_launcher.ch.api import ChApiError
-        from ch_launcher.manager import hotplug
-
-        plan, vmm = self._plan, self._host.current
-        assert plan is not None
-        wanted = await self._translate(vmi, options or self._options or self._default_options())
-        changes = hotplug.plan_changes(plan, wanted, self._vm.removing)
-        waiting = False
-        for name in changes.detach:
-            if vmm is None:
-                break
-            try:
-                await self._api(vmm.client.remove_device, name)
-            except ChApiError as e:
-                raise CommandFailed(f"detaching the disk of volume {name} failed: {e}") from None
-            log.info("detaching the disk of volume %s; it leaves the Domain once the guest ejects it", name)
-            self._vm.removing.add(name)
-            plan.config.disks = [d for d in plan.config.disks or () if d.id != name] or None
-        for config, view in changes.attach:
-            if vmm is None:
-                break
-            if not await asyncio.to_thread(hotplug.ready_to_attach, config):
-                log.info("the volume of disk %s is not ready in the pod yet (%s); trying again at the next Sync",
-                         config.id, config.path)
-                waiting = True
-                continue
-            try:
-                await self._api(vmm.client.add_disk, config)
-            except ChApiError as e:
-                raise CommandFailed(f"attaching the disk of volume {config.id} failed: {e}") from None
-            view = replace(view, target_dev=hotplug.free_target(plan.disks))
-            plan.disks.append(view)
-            plan.config.disks = [*(plan.config.disks or ()), config]
-            plan.hotplug_disks.add(config.id or view.alias)
-            log.info("attached the disk of volume %s as %s", view.alias, view.target_dev)
-        self._devices_seen = None if waiting else devices
-        if changes:
-            self._publish()
-
-    def _disk_ejected(self, name: str) -> None:
-        """`vm:device-removed`, or a VM rebuilt from a config that no longer has the disk."""
-        plan = self._plan
-        self._vm.removing.discard(name)
-        if plan is None:
-            return
-        before = len(plan.disks)
-        plan.disks = [d for d in plan.disks if d.alias != name]
-        plan.hotplug_disks.discard(name)
-        if len(plan.disks) != before:
-            log.info("the disk of volume %s is gone from the VM", name)
-            self._publish(force=True)
-
-    def _default_options(self) -> LauncherOptions:
-        from ch_launcher.convert import LauncherOptions
-
-        return LauncherOptions()
-
     async def _vm_call(self, what: str, call: Callable[[Any], None], new_state: VmState | None,
                        undo: Callable[[], None] | None = None) -> None:
         from ch_launcher.ch.api import ChApiError, Conflict, VmNotCreated
@@ -551,6 +426,7 @@ class DomainManager:
     async def _forget(self) -> None:
         vmi = self._vmi
         await self._guest.stop()
+        await self._stop_swtpm()
         self._vm = _Vm(grace=self._vm.grace, panic_count=self._vm.panic_count)
         self._domain_json = ""
         self._announced = False

@@ -153,9 +153,13 @@ class Vm:
         self.vcpu_removal_until = 0.0  # the guest is still offlining vCPUs (CpuManager's, gone with the Vm)
         self.vcpus_present = 0  # while a removal is pending: the vCPUs still there
         self.disk_locks: dict[str, int] = {}  # disk id -> its lock fd (also in lock_fds)
+        self.tpm_conn: Any = None  # the control connection to swtpm, for the life of the Vm
         self.virtio_mem_plugged = 0  # bytes the guest's virtio-mem driver has plugged
 
     def release(self) -> None:
+        if self.tpm_conn is not None:
+            self.tpm_conn.close()
+            self.tpm_conn = None
         for fd in self.lock_fds:
             try:
                 os.close(fd)
@@ -289,11 +293,20 @@ class Vmm:
         except checks.DeviceError as exc:
             raise self.fail(endpoint, *exc.chain) from None
         # Ids (and autodetected image types) are written back into the stored config.
+        tpm = (candidate.get("tpm") or {}).get("socket")
+        tpm_conn = None
+        if tpm:
+            try:
+                tpm_conn = _connect_tpm(tpm)
+            except OSError as exc:
+                raise self.fail(endpoint, "Error from device manager", "Failed to create TPM device",
+                                f"Failed while initializing tpm emulator: {checks.io_error(exc)}") from None  # fmt: skip
         self.config.clear()
         self.config.update(candidate)
         self.id_counter = counter
         vm = Vm(self.config)
         vm.lock_fds.extend(held)  # the taps stay open while the VM exists
+        vm.tpm_conn = tpm_conn
         if pty is not None:
             self.config.setdefault("serial", {})["file"] = pty
         self.allocate_bdfs(vm)
@@ -744,3 +757,29 @@ class Vmm:
         if self.vm is not None:
             raise self.fail("vm.receive-migration", "Can't receive a migration when a VM is already created")
         raise self.fail("vm.receive-migration", "Migration is not supported by the simulated VMM")
+
+
+def _connect_tpm(path: str) -> Any:
+    """What Cloud Hypervisor's TPM emulator does with swtpm's control socket when the VM boots
+    (tpm/src/emulator.rs@v53.0 `Emulator::new`, then the device's reset): connect, read the
+    capabilities, and CMD_INIT (the TPM loads its state, or manufactures a new one). The data
+    channel (CMD_SET_DATAFD) is left out: no guest sends TPM commands here."""
+    import socket
+
+    if not os.path.exists(path):
+        raise FileNotFoundError(2, f"The input TPM Socket path: {path!r} does not exist")
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.settimeout(5.0)
+    try:
+        conn.connect(path)
+        conn.sendall(struct.pack(">I", 1))  # CMD_GET_CAPABILITY
+        if len(conn.recv(8)) != 8:
+            raise OSError(71, "no capabilities from the TPM emulator")
+        conn.sendall(struct.pack(">II", 2, 0))  # CMD_INIT, flags 0
+        result = conn.recv(4)
+        if len(result) != 4 or struct.unpack(">I", result)[0] != 0:
+            raise OSError(71, f"CMD_INIT failed ({result.hex()})")
+    except OSError:
+        conn.close()
+        raise
+    return conn

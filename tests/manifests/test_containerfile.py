@@ -23,7 +23,8 @@ VERSION = PYPROJECT["project"]["version"]
 # Programs ch-launcher might run, and the Debian package that provides each (the Makefile's
 # TEST_TOOLS uses the same packages for the tests).
 TOOL_PACKAGES = {"dnsmasq": "dnsmasq-base", "qemu-img": "qemu-utils", "busybox": "busybox", "udhcpc": "busybox",
-                 "ip": "iproute2", "virtiofsd": "virtiofsd", "nft": "nftables", "iptables": "iptables"}
+                 "ip": "iproute2", "virtiofsd": "virtiofsd", "nft": "nftables", "iptables": "iptables",
+                 "swtpm": "swtpm"}
 # The firmware files the launcher looks for in --firmware-dir.
 FIRMWARE_FILES = (BIOS_FIRMWARE, EFI_FIRMWARE)
 

@@ -168,7 +168,6 @@ def test_display_input_and_sound_devices_are_dropped_with_warnings():
 
 
 @pytest.mark.parametrize("devices, field", [
-    ({"tpm": {}}, f"{D}.tpm"),
     ({"clientPassthrough": {}}, f"{D}.clientPassthrough"),
     ({"downwardMetrics": {}}, f"{D}.downwardMetrics"),
     ({"useVirtioTransitional": True}, f"{D}.useVirtioTransitional"),
@@ -181,6 +180,27 @@ def test_devices_cloud_hypervisor_lacks_are_refused_with_their_path(devices, fie
 
 def test_a_disabled_tpm_is_fine():
     assert run({"tpm": {"enabled": False}}).problems == []
+
+
+def test_a_tpm_is_cloud_hypervisors_tpm_on_an_swtpm_socket_with_state_by_firmware_uuid():
+    from ch_launcher.convert import check
+    from tests.unit.convert.vmibuild import container_disk, virtio, vmi
+
+    body = vmi(disks=[virtio("d")], volumes=[container_disk("d")])
+    body["spec"]["domain"]["devices"]["tpm"] = {"persistent": True}
+    body["spec"]["domain"]["firmware"] = {"uuid": "11111111-2222-3333-4444-555555555555",
+                                          "bootloader": {"efi": {"secureBoot": False}}}  # Windows 11: TPM + EFI
+    body["status"] = {"runtimeUser": 107}
+    verdict = check(body)
+    assert verdict.allowed, verdict.problems
+    plan = verdict.plan
+    uid = body["metadata"]["uid"]
+    assert plan.config.tpm.socket == f"/var/run/kubevirt-private/{uid}/swtpm.sock"
+    assert plan.tpm.state_dir == ("/var/run/kubevirt-private/libvirt/qemu/swtpm/"
+                                  "11111111-2222-3333-4444-555555555555/tpm2")
+    assert plan.tpm.persistent
+    body["status"] = {}  # a root VMI: where KubeVirt mounts the state for root
+    assert check(body).plan.tpm.state_dir.startswith("/var/lib/libvirt/swtpm/")
 
 
 def test_every_device_warning_fits_in_a_kubectl_line():

@@ -29,7 +29,7 @@ TABLE = {
     "vmi-gpu": (None, None, True, [f"{D}.gpus[0]"]),
     "vmi-dra-pgpu": (None, None, False, [f"{D}.gpus[0].claimName"]),
     "vmi-usb": (None, None, True, [f"{D}.hostDevices[0]"]),
-    "vmi-windows": (None, None, False, [f"{D}.interfaces[0].model", f"{D}.tpm"]),
+    "vmi-windows": (None, None, False, [f"{D}.interfaces[0].model"]),
     "vmi-fedora-isolated": (None, None, False, ["spec.domain.cpu.dedicatedCpuPlacement"]),
     "vmi-with-sidecar-hook": (None, None, False, ["metadata.annotations[hooks.kubevirt.io/hookSidecars]"]),
     "vmi-ephemeral": ([], [], False, []),

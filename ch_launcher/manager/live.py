@@ -1,0 +1,182 @@
+"""What changes on a running VM: volume hotplug (`hotplug`), vCPU and memory resize
+(`resize`). A part of `DomainManager`, kept apart because it is only needed when a VM changes;
+the modules doing the work are imported on first use.
+
+Runs under the manager's lock like every command (the methods are called from `_run` steps or
+through `Runner.run`); raises CommandFailed with the in-band message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ch_launcher import lifecycle
+from ch_launcher.lifecycle import VmState
+from ch_launcher.manager.runner import NotStarted, StillRunning
+from ch_launcher.manager.settings import CommandFailed
+
+if TYPE_CHECKING:
+    from ch_launcher.ch.process import VmmProcess
+    from ch_launcher.convert import LauncherOptions
+    from ch_launcher.kubevirt.vmi import VirtualMachineInstance
+
+log = logging.getLogger("ch_launcher.manager.core")
+
+
+class LiveChanges:
+    """Mixed into DomainManager; uses its `_plan`, `_host`, `_vm`, `_runner`, `_api`, `_translate`,
+    `_publish`, `_complete_metadata` and `_options`."""
+
+    _plan: Any
+    _host: Any
+    _vm: Any
+    _runner: Any
+    _options: Any
+    _devices_seen: Any
+    _current_memory: int | None
+
+    async def resize(self, what: str, vmi: VirtualMachineInstance, options: LauncherOptions | None = None, *,
+                     budget: float = 18.0) -> str:
+        """SyncVirtualMachineCPUs (`what` = "vcpus") or SyncVirtualMachineMemory ("memory"):
+        resize the running VM to what `vmi` asks (`manager.resize`). Raises CommandFailed."""
+        name = "SyncVirtualMachineCPUs" if what == "vcpus" else "SyncVirtualMachineMemory"
+        try:
+            return await self._runner.run(name, lambda: self._resize(what, self._complete_metadata(vmi), options),
+                                          budget, lambda e: log.error("%s failed in the background: %s", name, e)
+                                          if e is not None else None)
+        except NotStarted as busy:
+            raise CommandFailed(f"the launcher is busy with {busy}; {name} was not started, try again") from None
+        except StillRunning:
+            raise CommandFailed(f"{name} is still in progress after {budget:.0f} s") from None
+
+    async def _resize(self, what: str, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> str:
+        from ch_launcher.ch.api import ChApiError, Conflict
+        from ch_launcher.manager import resize
+
+        plan, vmm = self._plan, self._host.current
+        if plan is None or vmm is None or self._vm.state not in (VmState.RUNNING, VmState.PAUSED):
+            raise CommandFailed(lifecycle.NOT_RUNNING)
+        wanted = await self._translate(vmi, options or self._options or self._default_options())
+        if what == "vcpus":
+            assert plan.config.cpus is not None
+            count = resize.desired_vcpus(plan, wanted)
+            for attempt in range(resize.VCPU_RETRIES + 1):
+                try:
+                    await self._api(vmm.client.resize, desired_vcpus=count)
+                    break
+                except Conflict as e:  # 429: the guest is still offlining vCPUs of an earlier resize
+                    if e.status != 429 or attempt == resize.VCPU_RETRIES:
+                        raise CommandFailed(f"failed to update vCPUs: {e}") from None
+                    await asyncio.sleep(resize.VCPU_RETRY_DELAY)
+                except ChApiError as e:
+                    raise CommandFailed(f"failed to update vCPUs: {e}") from None
+            plan.config.cpus.boot_vcpus = count
+            self._publish()
+            return f"{count} vCPUs"
+        ram = resize.desired_ram(plan, wanted)
+        memory = plan.config.memory
+        assert memory is not None
+        if ram - memory.size != (memory.hotplugged_size or 0):
+            try:
+                await self._api(vmm.client.resize, desired_ram=ram)
+            except ChApiError as e:
+                raise CommandFailed(f"failed to update Guest Memory: {e}") from None
+            memory.hotplugged_size = (ram - memory.size) or None
+        self._runner.background(self._follow_memory(vmm))
+        return f"{ram} bytes of memory"
+
+    async def _follow_memory(self, vmm: VmmProcess, period: float = 0.5, rounds: int = 20) -> None:
+        """Read `memory_actual_size` for a while after a memory resize: the guest's virtio-mem
+        driver plugs at its own pace and the Domain's CurrentMemory (virt-handler's
+        status.memory.guestCurrent) must follow. Bounded: also refreshed on every Sync."""
+        for _ in range(rounds):
+            if not await self._refresh_memory(vmm):
+                return
+            plan = self._plan
+            memory = plan.config.memory if plan is not None else None
+            if memory is not None and self._current_memory == memory.size + (memory.hotplugged_size or 0):
+                return
+            await asyncio.sleep(period)
+
+    async def _refresh_memory(self, vmm: VmmProcess) -> bool:
+        """Take `memory_actual_size` from vm.info into the Domain; False when the VMM is gone."""
+        from ch_launcher.ch.api import ChApiError
+
+        if vmm is not self._host.current:
+            return False
+        try:
+            info = await self._api(vmm.client.info)
+        except ChApiError:
+            return False
+        if info.memory_actual_size is not None and info.memory_actual_size != self._current_memory:
+            self._current_memory = info.memory_actual_size
+            self._publish()
+        return True
+
+    async def _sync_disks(self, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
+        """Attach the disks of newly mounted hotplugged volumes, detach those gone from the VMI
+        (`manager.hotplug`). Only when the VMI's disks, volumes or volume statuses changed, or
+        an attach is still waiting for its volume."""
+        devices = (vmi.spec.domain.devices.disks, vmi.spec.volumes, vmi.status.volumeStatus)
+        if devices == self._devices_seen:
+            return
+        from ch_launcher.ch.api import ChApiError
+        from ch_launcher.manager import hotplug
+
+        plan, vmm = self._plan, self._host.current
+        assert plan is not None
+        wanted = await self._translate(vmi, options or self._options or self._default_options())
+        changes = hotplug.plan_changes(plan, wanted, self._vm.removing)
+        waiting = False
+        for name in changes.detach:
+            if vmm is None:
+                break
+            try:
+                await self._api(vmm.client.remove_device, name)
+            except ChApiError as e:
+                raise CommandFailed(f"detaching the disk of volume {name} failed: {e}") from None
+            log.info("detaching the disk of volume %s; it leaves the Domain once the guest ejects it", name)
+            self._vm.removing.add(name)
+            plan.config.disks = [d for d in plan.config.disks or () if d.id != name] or None
+        for config, view in changes.attach:
+            if vmm is None:
+                break
+            if not await asyncio.to_thread(hotplug.ready_to_attach, config):
+                log.info("the volume of disk %s is not ready in the pod yet (%s); trying again at the next Sync",
+                         config.id, config.path)
+                waiting = True
+                continue
+            try:
+                await self._api(vmm.client.add_disk, config)
+            except ChApiError as e:
+                raise CommandFailed(f"attaching the disk of volume {config.id} failed: {e}") from None
+            view = replace(view, target_dev=hotplug.free_target(plan.disks))
+            plan.disks.append(view)
+            plan.config.disks = [*(plan.config.disks or ()), config]
+            plan.hotplug_disks.add(config.id or view.alias)
+            log.info("attached the disk of volume %s as %s", view.alias, view.target_dev)
+        self._devices_seen = None if waiting else devices
+        if changes:
+            self._publish()
+
+    def _disk_ejected(self, name: str) -> None:
+        """`vm:device-removed`, or a VM rebuilt from a config that no longer has the disk."""
+        plan = self._plan
+        self._vm.removing.discard(name)
+        if plan is None:
+            return
+        before = len(plan.disks)
+        plan.disks = [d for d in plan.disks if d.alias != name]
+        plan.hotplug_disks.discard(name)
+        if len(plan.disks) != before:
+            log.info("the disk of volume %s is gone from the VM", name)
+            self._publish(force=True)
+
+    def _default_options(self) -> LauncherOptions:
+        from ch_launcher.convert import LauncherOptions
+
+        return LauncherOptions()
+

@@ -1,0 +1,126 @@
+"""TPM stories: a VMI with `devices.tpm` gets a real swtpm (Debian's) started by the launcher, the
+VMM connects to it at boot, and with `persistent: true` the TPM's state, kept where KubeVirt
+mounts the VM state PVC, is the same TPM after a restart of the pod."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.functional.harness import Harness, make_vmi
+
+pytestmark = pytest.mark.skipif(shutil.which("swtpm") is None, reason="swtpm is not installed (Debian package "
+                                "swtpm; make test installs it as root)")
+UUID = "5d307ca9-b3ef-428c-8861-06e72d69f223"  # make_vmi's firmware uuid
+
+
+def tpm_vmi(uid: str | None = None) -> dict:
+    vmi = make_vmi(uid=uid)
+    vmi["spec"]["domain"]["devices"]["tpm"] = {"persistent": True}
+    vmi["status"]["runtimeUser"] = 107  # non-root, KubeVirt's default
+    return vmi
+
+
+def state_dir(vh: Harness) -> Path:
+    """<private-dir>/libvirt/qemu/swtpm: where virt-controller mounts the VM state PVC's `swtpm`."""
+    return vh.layout.private_dir / "libvirt" / "qemu" / "swtpm"
+
+
+def swtpm_children(vh: Harness) -> list[int]:
+    found = []
+    for pid in vh.launcher.children() if vh.launcher else []:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmdline and os.path.basename(cmdline[0]) == b"swtpm":
+            found.append(pid)
+    return found
+
+
+@pytest.fixture
+def new_harness():
+    made = []
+
+    def new(**kwargs):
+        made.append(Harness(**kwargs))
+        return made[-1]
+
+    yield new
+    for h in made:
+        h.close()
+
+
+def test_a_persistent_tpm_runs_swtpm_which_the_vmm_uses_and_its_state_survives_a_new_pod(new_harness):
+    first = new_harness(vmi=tpm_vmi())
+    uid = first.vmi["metadata"]["uid"]
+
+    async def boot_and_stop(vh: Harness) -> bytes:
+        await vh.boot()
+        socket = vh.layout.private_dir / uid / "swtpm.sock"
+        assert vh.requests("vm.create")[0]["body"]["tpm"] == {"socket": str(socket)}
+        assert socket.is_socket() and len(swtpm_children(vh)) == 1
+        permall = state_dir(vh) / UUID / "tpm2" / "tpm2-00.permall"
+        assert permall.is_file(), "the VMM initialised the TPM, so swtpm wrote its state"
+        state = permall.read_bytes()
+        await vh.client.vmi_command("KillVirtualMachine", vh.vmi)
+        await vh.client.vmi_command("DeleteVirtualMachine", vh.vmi)
+        await vh.recorder.wait_for_deleted()
+        return state
+
+    state = first.run(boot_and_stop(first))
+    pids = swtpm_children(first)
+    assert pids == [], "swtpm is stopped with the VM"
+
+    # A new pod for the same VM: the VM state PVC is mounted at the same place again.
+    second = new_harness(vmi=tpm_vmi(uid=uid))
+    shutil.copytree(state_dir(first), state_dir(second))
+    again = second.run(boot_and_stop(second))
+    assert again == state, "the restarted TPM loaded its state (a new TPM would have new seeds)"
+
+
+def test_a_soft_reboot_keeps_swtpm_and_the_new_vmm_connects_to_it(new_harness):
+    vh = new_harness(vmi=tpm_vmi())
+
+    async def story():
+        await vh.boot()
+        (pid,) = swtpm_children(vh)
+        await vh.client.vmi_command("SoftRebootVirtualMachine", vh.vmi)
+        deadline = time.monotonic() + 20
+        while len(vh.requests("vm.boot")) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # the guest shuts down, then a new VMM boots the VM
+        assert len(vh.requests("vm.boot")) == 2, vh.log_text()[-2000:]
+        # the new VMM's boot connected to the same swtpm and initialised the TPM again
+        assert (await vh.client.get_domain())["Status"]["Status"] == "Running"
+        assert swtpm_children(vh) == [pid]
+
+    vh.run(story())
+
+
+def test_without_persistent_the_tpm_state_stays_in_the_pod(new_harness):
+    vmi = tpm_vmi()
+    vmi["spec"]["domain"]["devices"]["tpm"] = {}
+    vh = new_harness(vmi=vmi)
+
+    async def story():
+        await vh.boot()
+        assert (state_dir(vh) / UUID / "tpm2" / "tpm2-00.permall").is_file()
+
+    vh.run(story())
+
+
+def test_a_tpm_whose_swtpm_cannot_start_fails_the_sync_naming_the_field(new_harness):
+    vh = new_harness(vmi=tpm_vmi(), env={"CH_SWTPM": "/nonexistent/swtpm"})
+
+    async def story():
+        await vh.start()
+        reply = await vh.client.sync(vh.vmi, check=False)
+        assert not reply.success and "spec.domain.devices.tpm" in reply.message
+        assert not vh.requests("vm.boot")
+
+    vh.run(story())
