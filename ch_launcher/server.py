@@ -190,7 +190,7 @@ class CmdServicer(cmd_grpc.CmdServicer):
                                               budget=budget(context, LONG))
         except CommandFailed as e:
             log.warning("%s failed: %s", rpc, e)
-            return failure(str(e))
+            return failure(f"{rpc}: {e}")  # named, as virt-handler logs it with its warning event
         log.info("%s: %s", rpc, done)
         return pb.Response(success=True)
 
