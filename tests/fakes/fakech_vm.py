@@ -299,6 +299,8 @@ class Vmm:
             try:
                 tpm_conn = _connect_tpm(tpm)
             except OSError as exc:
+                for fd in held:
+                    os.close(fd)
                 raise self.fail(endpoint, "Error from device manager", "Failed to create TPM device",
                                 f"Failed while initializing tpm emulator: {checks.io_error(exc)}") from None  # fmt: skip
         self.config.clear()
