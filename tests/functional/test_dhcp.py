@@ -11,7 +11,6 @@ Needs root and `ip netns` (CI runs as root); skips with the reason otherwise.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import pathlib
@@ -25,6 +24,8 @@ import uuid
 import pytest
 
 from ch_launcher.dhcp.lease import LEASE_SECONDS
+from tests.functional import pod_sandbox
+from tests.functional.pod_sandbox import udhcpc
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(90)]
 
@@ -32,7 +33,6 @@ HERE = pathlib.Path(__file__).resolve().parent
 POD_MAC = "0a:58:0a:f4:01:05"
 RESOLV_CONF = "search default.svc.cluster.local svc.cluster.local cluster.local\nnameserver 10.96.0.10\n" \
               "nameserver 10.96.0.11\nnameserver fd00::10\noptions ndots:5\n"
-UDHCPC_SCRIPT = '#!/bin/sh\nif [ "$1" = bound ]; then env > "$DHCP_RECORD"; fi\nexit 0\n'
 
 
 def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -139,23 +139,6 @@ def pod_server(tmp_path):
         server.kill()
 
 
-def udhcpc(vm: str, tmp: pathlib.Path, *extra: str, iface: str = "eth0", tries: int = 4) -> dict[str, str] | None:
-    """Run busybox udhcpc once in the guest namespace; the options of the lease, or None."""
-    script = tmp / "udhcpc.sh"
-    script.write_text(UDHCPC_SCRIPT)
-    script.chmod(0o755)
-    record = tmp / f"lease-{iface}.env"
-    record.unlink(missing_ok=True)
-    env = {**os.environ, "DHCP_RECORD": str(record)}
-    result = subprocess.run(["ip", "netns", "exec", vm, "busybox", "udhcpc", "-i", iface, "-f", "-q", "-n",
-                             "-t", str(tries), "-T", "1", "-A", "1", "-s", str(script),
-                             "-O", "mtu", "-O", "search", "-O", "staticroutes", *extra],
-                            capture_output=True, text=True, timeout=30, env=env)
-    if result.returncode != 0 or not record.exists():
-        return None
-    return dict(line.split("=", 1) for line in record.read_text().splitlines() if "=" in line)
-
-
 def vmi(interfaces, networks, **spec):
     return {"metadata": {"name": "testvmi", "namespace": "default", "uid": "0b4e0c1a-0000-4000-8000-0000000000d1"},
             "spec": {"domain": {"devices": {"interfaces": interfaces}}, "networks": networks, **spec}}
@@ -218,26 +201,9 @@ def test_bridge_guest_gets_the_pod_address_and_routes_from_virt_handlers_cache(n
 
 
 def go_dhcp_config() -> dict:
-    """virt-handler's cache.DHCPConfig as Go's encoding/json writes it (net.IP as text,
-    net.IPMask and net.HardwareAddr as base64, netlink.Addr embedding *net.IPNet)."""
-    def mask(prefix: int) -> str:
-        return base64.b64encode(((1 << 32) - (1 << (32 - prefix))).to_bytes(4, "big")).decode()
-
-    def route(dst, prefix, gw):
-        return {"LinkIndex": 0, "ILinkIndex": 0, "Scope": 0,
-                "Dst": None if dst is None else {"IP": dst, "Mask": mask(prefix)},
-                "Src": "", "Gw": gw, "MultiPath": None, "Protocol": 0, "Priority": 0, "Family": 0,
-                "Table": 0, "Type": 0, "Tos": 0, "Flags": 0, "MPLSDst": None, "NewDst": None,
-                "Encap": None, "Via": None, "Realm": 0, "MTU": 0, "Window": 0, "Rtt": 0}
-    return {"Name": "eth0",
-            "IP": {"IP": "10.244.1.5", "Mask": mask(24), "Label": "", "Flags": 0, "Scope": 0, "Peer": None,
-                   "Broadcast": "", "PreferedLft": 0, "ValidLft": 0, "LinkIndex": 0},
-            "IPv6": {"Label": "", "Flags": 0, "Scope": 0, "Peer": None, "Broadcast": "", "PreferedLft": 0,
-                     "ValidLft": 0, "LinkIndex": 0},
-            "MAC": base64.b64encode(bytes.fromhex(POD_MAC.replace(":", ""))).decode(),
-            "AdvertisingIPAddr": "", "AdvertisingIPv6Addr": "",
-            "Routes": [route(None, 0, "10.244.1.1"), route("10.96.0.0", 12, "10.244.1.1")],
-            "Mtu": 1450, "IPAMDisabled": False, "Gateway": "10.244.1.1", "Subdomain": ""}
+    """virt-handler's cache for the bridge test's pod (pod_sandbox.go_dhcp_config)."""
+    return pod_sandbox.go_dhcp_config("eth0", "10.244.1.5", 24, "10.244.1.1", POD_MAC, 1450,
+                                      routes=[(None, 0, "10.244.1.1"), ("10.96.0.0", 12, "10.244.1.1")])
 
 
 def test_only_the_guests_mac_is_answered(netns, pod_server, tmp_path):
