@@ -24,7 +24,8 @@ import pytest
 from ch_launcher._proto import kubevirt_cmd_v1_pb2 as cmd_pb2
 from demo import FAKE_CH
 from tests.functional.harness import Harness, RealVmm
-from tests.functional.pod_sandbox import PodSandbox, api, missing_requirements, vm_info
+from tests.functional.pod_probes import api, vm_info
+from tests.functional.pod_sandbox import PodSandbox, missing_requirements
 from tests.guest.build import guest_payload, missing_tools
 
 REPO = Path(__file__).resolve().parents[2]

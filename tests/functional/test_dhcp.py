@@ -24,8 +24,8 @@ import uuid
 import pytest
 
 from ch_launcher.dhcp.lease import LEASE_SECONDS
-from tests.functional import pod_sandbox
-from tests.functional.pod_sandbox import udhcpc
+from tests.functional import pod_probes
+from tests.functional.pod_probes import udhcpc
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(90)]
 
@@ -201,8 +201,8 @@ def test_bridge_guest_gets_the_pod_address_and_routes_from_virt_handlers_cache(n
 
 
 def go_dhcp_config() -> dict:
-    """virt-handler's cache for the bridge test's pod (pod_sandbox.go_dhcp_config)."""
-    return pod_sandbox.go_dhcp_config("eth0", "10.244.1.5", 24, "10.244.1.1", POD_MAC, 1450,
+    """virt-handler's cache for the bridge test's pod (pod_probes.go_dhcp_config)."""
+    return pod_probes.go_dhcp_config("eth0", "10.244.1.5", 24, "10.244.1.1", POD_MAC, 1450,
                                       routes=[(None, 0, "10.244.1.1"), ("10.96.0.0", 12, "10.244.1.1")])
 
 

@@ -12,14 +12,8 @@ import pytest
 
 from tests.functional.harness import Harness, make_vmi
 from tests.functional.pod_fixtures import vmm_info
-from tests.functional.pod_sandbox import (
-    POD_MAC,
-    PodSandbox,
-    check_privileges,
-    hashed_pod_interface,
-    missing_requirements,
-    udhcpc,
-)
+from tests.functional.pod_probes import check_privileges, hashed_pod_interface, udhcpc
+from tests.functional.pod_sandbox import POD_MAC, PodSandbox, missing_requirements
 from tests.functional.vhost_user_peer import VhostUserPeer
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(90)]

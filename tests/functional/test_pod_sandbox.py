@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from tests.functional.pod_sandbox import NET_BIND_SERVICE, REPO, PodSandbox, missing_requirements, run
+from tests.functional.pod_probes import NET_BIND_SERVICE
+from tests.functional.pod_sandbox import REPO, PodSandbox, missing_requirements, run
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]
 

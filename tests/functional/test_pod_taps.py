@@ -15,7 +15,8 @@ import json
 import pytest
 
 from tests.functional.pod_fixtures import PodVmm, vm_config
-from tests.functional.pod_sandbox import PodSandbox, check_privileges, vm_info
+from tests.functional.pod_probes import check_privileges, vm_info
+from tests.functional.pod_sandbox import PodSandbox
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]
 
