@@ -104,3 +104,16 @@ def test_a_tap_owned_by_another_user_cannot_be_opened(pod, vmm):
 
     assert boot(vmm, config(pod, tap="tap0")) == failure(
         "Open tap device failed", "Unable to configure tap interface", "Operation not permitted (os error 1)")
+
+
+def test_a_reboot_and_a_fresh_boot_reopen_the_tap_without_privilege(pod, vmm):
+    # Reset (vm.reboot) and SoftReboot (vm.shutdown, vm.boot) open the tap again; the config now
+    # holds host_mac = the tap's own MAC, which CH compares before it would set it
+    pod.masquerade(mtu=1400, queues=2)
+
+    assert boot(vmm, config(pod, tap="tap0", num_queues=4)) == (204, None)
+    assert vmm.call("PUT", "vm.reboot") == (204, None)
+    assert vm_info(vmm.socket)["state"] == "Running"
+    assert vmm.call("PUT", "vm.shutdown") == (204, None)
+    assert vmm.call("PUT", "vm.boot") == (204, None)
+    assert vm_info(vmm.socket)["state"] == "Running"
