@@ -170,6 +170,25 @@ def fail_start(message: str, code: int = 1) -> None:
     os._exit(code)
 
 
+def check_hypervisor() -> None:
+    """CH opens /dev/kvm before anything else (`hypervisor::new()` in cloud-hypervisor/src/
+    main.rs@v53.0, before `vmm:starting` and the API socket) and exits 1 when it cannot. The
+    simulation exists to run where KVM is not usable, so it does the same only when asked
+    (`FAKE_CH_CHECK_KVM=1`, which the tests' pod sandbox sets: a pod's /dev/kvm comes from the
+    device plugin), and only for a /dev/kvm that exists but cannot be opened."""
+    if os.environ.get("FAKE_CH_CHECK_KVM", "") in ("", "0"):
+        return
+    try:
+        os.close(os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        fail_start("Error: Cloud Hypervisor exited with the following chain of errors:\n"
+                   "  0: Failed to open hypervisor interface (is hypervisor interface available?)\n"
+                   "  1: Failed to create Vm\n"
+                   f"  2: {os.strerror(exc.errno or 0)} (os error {exc.errno})", 1)
+
+
 class FakeCloudHypervisor:
     """The process: event monitor, API server, signals, timers, serial port; owns a `Vmm`."""
 
@@ -293,6 +312,7 @@ class FakeCloudHypervisor:
         rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
         self.sel.register(rfd, selectors.EVENT_READ, lambda _: os.read(rfd, 512))
+        check_hypervisor()
         self.event("vmm", "starting")
         delay = env_seconds("FAKE_CH_START_DELAY", 0.0)
         if delay > 0:

@@ -160,8 +160,9 @@ class PodSandbox:
     """
 
     def __init__(self, *, uid: int = POD_UID, umask: int = 0o022, resolv_conf: str = POD_RESOLV_CONF,
-                 file_capability: bool = True) -> None:
+                 file_capability: bool = True, kvm_mode: int = 0o666) -> None:
         self.uid = uid
+        self.kvm_mode = kvm_mode  # 0o600: a pod the kvm device plugin was not allocated to
         self.file_capability = file_capability  # False: an image whose interpreter lacks setcap
         self.resolv_conf = resolv_conf
         self.umask = umask
@@ -345,7 +346,8 @@ class PodSandbox:
         for path in DEVICES:
             with contextlib.suppress(FileNotFoundError):
                 rdev = os.stat(path).st_rdev
-                nodes.append((path.removeprefix("/dev/"), (os.major(rdev), os.minor(rdev)), 0o666, 0))
+                mode = self.kvm_mode if path == "/dev/kvm" else 0o666
+                nodes.append((path.removeprefix("/dev/"), (os.major(rdev), os.minor(rdev)), mode, 0))
         for name, (major, minor), mode, _ in nodes:
             lines.append(f"mknod -m {mode:o} /dev/{name} c {major} {minor}")
         for name, rdev in self._block_devices.items():
@@ -419,6 +421,7 @@ class PodSandbox:
                 lines.append(f"{make} {q(target)}")
                 lines.append(f"mount --bind {q(source)} {q(target)}")
         lines.append(f"umask {self.umask:03o}")
+        lines.append("export FAKE_CH_CHECK_KVM=1")  # the simulated VMM opens /dev/kvm as CH does
         lines.append(f"exec setpriv --reuid {self.uid} --regid {self.uid} --clear-groups "
                      f"--bounding-set -all,+net_bind_service --no-new-privs -- \"$@\"")
         init = self.root / f"pod-init-{len(self._block_devices)}.sh"
