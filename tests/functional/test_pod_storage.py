@@ -20,6 +20,7 @@ import pytest
 
 from tests.functional.harness import Harness, make_vmi
 from tests.functional.pod_fixtures import vm_config, vmm_info
+from tests.functional.vhost_user_peer import VHOST_USER_F_PROTOCOL_FEATURES, VIRTIO_F_VERSION_1, VhostUserPeer
 from tests.guest.build import guest_payload
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(90)]
@@ -218,3 +219,31 @@ def test_a_missing_image_names_the_path(pod, vmm):
 
     assert boot_disk(vmm, path=str(missing), image_type="Raw") == open_failure(
         f"I/O error (path={missing} op=open)", "No such file or directory (os error 2)")
+
+
+def test_a_virtiofs_filesystem_boots_against_a_real_vhost_user_peer(pod, launch, vmm_kind):
+    vmi = make_vmi()
+    vmi["spec"]["domain"]["devices"]["filesystems"] = [{"name": "shared", "virtiofs": {}}]
+    vmi["spec"]["volumes"].append({"name": "shared", "persistentVolumeClaim": {"claimName": "fs-claim"}})
+    peers: list[VhostUserPeer] = []
+
+    def provide(h: Harness) -> None:  # the virtiofs container's virtiofsd, listening for the VMM
+        sockets = h.layout.share_dir / "virtiofs-containers"
+        sockets.mkdir()
+        pod.own(sockets)
+        peers.append(VhostUserPeer(sockets / "shared.sock", queues=2, owner=pod.uid,
+                                   features=VIRTIO_F_VERSION_1 | VHOST_USER_F_PROTOCOL_FEATURES))
+
+    try:
+        vh = launch(vmi, before_boot=provide)
+
+        info = vmm_info(vh)
+        fs = info["config"]["fs"]
+        assert [(f["id"], f["tag"], f["socket"]) for f in fs] == [
+            ("shared", "shared", f"{vh.layout.share_dir}/virtiofs-containers/shared.sock")]
+        assert info["config"]["memory"]["shared"] is True and info["state"] == "Running"
+        if vmm_kind == "real":
+            assert peers[0].wait_for("GET_FEATURES")[:2] == ["SET_OWNER", "GET_FEATURES"]
+    finally:
+        for peer in peers:
+            peer.close()

@@ -1,4 +1,5 @@
-"""A vhost-user-net backend that completes the handshake Cloud Hypervisor makes at boot.
+"""A vhost-user backend that completes the handshake Cloud Hypervisor makes at boot (net, and
+with `features=` any other device: virtio-fs's virtiofsd stand-in).
 
 Enough of the vhost-user protocol (QEMU `docs/interop/vhost-user.rst`; the frontend is
 `virtio-devices/src/vhost_user/{net.rs,vu_common_ctrl.rs}@v53.0`) for the VMM to create its
@@ -43,11 +44,12 @@ class VhostUserPeer:
     """The switch's end of one vhost-user-net port (see the module docstring)."""
 
     def __init__(self, path: os.PathLike[str] | str, *, listen: bool = True, queues: int = 2,
-                 owner: int | None = None) -> None:
+                 owner: int | None = None, features: int | None = None) -> None:
         self.path = str(path)
         self.queues = queues
-        self.features = VIRTIO_F_VERSION_1 | VHOST_USER_F_PROTOCOL_FEATURES | VIRTIO_NET_F_MRG_RXBUF \
-            | VIRTIO_NET_F_CSUM | VIRTIO_NET_F_GUEST_CSUM
+        self.features = features if features is not None else (
+            VIRTIO_F_VERSION_1 | VHOST_USER_F_PROTOCOL_FEATURES | VIRTIO_NET_F_MRG_RXBUF
+            | VIRTIO_NET_F_CSUM | VIRTIO_NET_F_GUEST_CSUM)
         self.protocol_features = PROTOCOL_MQ | PROTOCOL_REPLY_ACK | PROTOCOL_CONFIGURE_MEM_SLOTS
         self.connections: list[list[str]] = []
         self.errors: list[str] = []
