@@ -2,7 +2,7 @@
 
 Both go to the same simulated VMM (tests/fakes/fake_cloud_hypervisor.py) in the same run, both
 open one connection per request (as the client does, CH allowing only 10), so the ratio is the
-client's own overhead: requests + requests-unixsocket, JSON and pydantic parsing, the lock.
+client's own overhead: http.client, JSON and pydantic parsing, the lock.
 Prints p50/p99 in microseconds and the ratio of medians. Usage: python bench/ch_api.py [N]
 """
 
@@ -84,7 +84,7 @@ def main() -> int:
         c50, c99 = percentiles(client_t)
         r50, r99 = percentiles(raw_t)
         print(f"vm.info round trip over {n} calls against the simulated VMM (one connection per call)")
-        print(f"  client (requests-unixsocket + pydantic): p50 {c50 * 1e6:8.1f} us   p99 {c99 * 1e6:8.1f} us")
+        print(f"  client (http.client + pydantic):       p50 {c50 * 1e6:8.1f} us   p99 {c99 * 1e6:8.1f} us")
         print(f"  raw socket request (baseline):           p50 {r50 * 1e6:8.1f} us   p99 {r99 * 1e6:8.1f} us")
         print(f"  client overhead ratio (p50 client / p50 raw): {c50 / r50:.2f}x   (p99: {c99 / r99:.2f}x)")
     finally:

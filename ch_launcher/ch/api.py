@@ -8,7 +8,7 @@ One method per endpoint, each a thin line over `_call`. Facts this client relies
   this process, and a caller waiting for that lock gives up after its own timeout.
 - At most 10 connections are accepted; an idle keep-alive connection holds one. So every call
   opens its own connection and closes it afterwards.
-- Request bodies are read only by `Content-Length`: requests sends it for every body, and
+- Request bodies are read only by `Content-Length`: http.client sends it for every body, and
   `Content-Length: 0` for a bodyless PUT.
 - A 204 has no body and no body headers; `vmm.shutdown` answers 200 with an empty body; `vm.add-*`
   answers 200 `PciDeviceInfo` on a running VM and 204 on a created one (cold add).
@@ -20,21 +20,22 @@ v53.0 (404 for a missing VM) and of main after v53 (400, 404, 409). It maps on t
 well as the status, because the same condition has had different statuses across versions.
 
 The client is blocking; the launcher calls it from a worker thread. It never retries a request
-(a retried PUT could act twice).
+(a retried PUT could act twice). The transport is the standard library's `http.client` on an
+`AF_UNIX` socket: requests + requests-unixsocket did the same for 133 more modules and about
+5 MiB of every launcher's memory (bench/footprint.py's import attribution), one request at a
+time over a local socket needs none of their pooling, proxies, cookies or encodings.
 """
 
 from __future__ import annotations
 
 import errno
+import http.client
 import json
 import re
 import socket
 import threading
-import urllib.parse
 from typing import Any
 
-import requests
-import requests_unixsocket
 from pydantic import BaseModel, ValidationError
 
 from .vmconfig import (
@@ -248,11 +249,6 @@ class CloudHypervisorClient:
         self.timeout = timeout
         self.version: str | None = None  # from the last successful ping()
         self._lock = _lock_for(self.socket_path)
-        self._base = "http+unix://" + urllib.parse.quote(self.socket_path, safe="") + API_ROOT
-        self._session = requests_unixsocket.Session()
-        self._session.trust_env = False  # no proxies, no netrc: a local socket
-        self._session.headers.clear()
-        self._session.headers.update({"Accept": "application/json", "User-Agent": "kubevirt-ch"})
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -273,21 +269,20 @@ class CloudHypervisorClient:
             )
         try:
             data = None
-            headers = {}
+            headers = {"Accept": "application/json", "User-Agent": "kubevirt-ch"}
             if body is not None:
                 data = json.dumps(body, separators=(",", ":")).encode()
                 headers["Content-Type"] = "application/json"
+            # One connection per request: CH allows only 10, and idle ones count.
+            conn = _UnixConnection(self.socket_path, t)
             try:
-                resp = self._session.request(
-                    method, f"{self._base}/{endpoint}", data=data, headers=headers, timeout=(t, t)
-                )
-                status, content = resp.status_code, resp.content
-                resp.close()
-            except requests.exceptions.RequestException as exc:
+                conn.request(method, f"{API_ROOT}/{endpoint}", body=data, headers=headers)
+                resp = conn.getresponse()
+                status, content = resp.status, resp.read()
+            except (OSError, http.client.HTTPException) as exc:
                 raise self._unavailable(endpoint, t, exc) from exc
             finally:
-                # One connection per request: CH allows only 10, and idle ones count.
-                self._session.close()
+                conn.close()
         finally:
             self._lock.release()
         if status >= 300:
@@ -295,20 +290,18 @@ class CloudHypervisorClient:
         return status, content
 
     def _unavailable(self, endpoint: str, t: float, exc: Exception) -> VmmUnavailable:
-        if isinstance(exc, requests.exceptions.Timeout):
-            return VmmUnavailable(endpoint, None, [], f"no answer from the VMM within {t:g} s")
-        cause = _root_os_error(exc)
         path = self.socket_path
-        if isinstance(cause, FileNotFoundError) or getattr(cause, "errno", None) == errno.ENOENT:
-            why = f"API socket {path} does not exist (VMM not started, or exited)"
-        elif isinstance(cause, ConnectionRefusedError):
-            why = f"connection refused on {path} (nothing listening: VMM exited or not started)"
-        elif isinstance(cause, (socket.timeout, TimeoutError)):
+        if isinstance(exc, (socket.timeout, TimeoutError)):
             why = f"no answer from the VMM within {t:g} s"
-        elif isinstance(cause, (ConnectionResetError, BrokenPipeError)) or _is_disconnect(exc):
+        elif isinstance(exc, FileNotFoundError) or getattr(exc, "errno", None) == errno.ENOENT:
+            why = f"API socket {path} does not exist (VMM not started, or exited)"
+        elif isinstance(exc, ConnectionRefusedError):
+            why = f"connection refused on {path} (nothing listening: VMM exited or not started)"
+        elif isinstance(exc, (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected,
+                              http.client.IncompleteRead)):
             why = f"connection to {path} reset or closed before an answer (VMM exited?)"
         else:
-            why = f"cannot talk to the VMM at {path}: {cause or exc}"
+            why = f"cannot talk to the VMM at {path}: {exc}"
         return VmmUnavailable(endpoint, None, [], why)
 
     def _json(self, endpoint: str, status: int, content: bytes) -> Any:
@@ -333,8 +326,7 @@ class CloudHypervisorClient:
         return self._model(PciDeviceInfo, endpoint, status, content)
 
     def close(self) -> None:
-        """Drops pooled connections (each call already closes its own). The client stays usable."""
-        self._session.close()
+        """Nothing to release: each call opens and closes its own connection. The client stays usable."""
 
     def __enter__(self) -> CloudHypervisorClient:
         return self
@@ -480,25 +472,19 @@ class CloudHypervisorClient:
         self._put("vm.receive-migration", _given(receiver_url=receiver_url, tls_dir=tls_dir), timeout)
 
 
-def _root_os_error(exc: BaseException) -> OSError | None:
-    """The innermost OSError behind a requests/urllib3 exception, if any."""
-    seen: set[int] = set()
-    stack: list[BaseException] = [exc]
-    found: OSError | None = None
-    while stack:
-        e = stack.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, OSError) and not isinstance(e, requests.exceptions.RequestException):
-            if getattr(e, "errno", None) is not None or type(e) is not OSError:
-                found = e
-        for nxt in (getattr(e, "reason", None), e.__cause__, e.__context__, *getattr(e, "args", ())):
-            if isinstance(nxt, BaseException):
-                stack.append(nxt)
-    return found
+class _UnixConnection(http.client.HTTPConnection):
+    """An HTTP/1.1 connection to a unix socket; `timeout` bounds the connect and every read."""
 
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
 
-def _is_disconnect(exc: BaseException) -> bool:
-    text = repr(exc)
-    return "RemoteDisconnected" in text or "Connection aborted" in text or "ProtocolError" in text
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self._path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock

@@ -1,5 +1,8 @@
 """ISO 9660 images in pure Python (pycdlib): cloud-init data sources and config volumes.
 
+What goes into each image is decided here; the image itself is written by a short-lived child
+process (`ch_launcher.prepare.isowriter`), so pycdlib is never loaded into the launcher.
+
 Like KubeVirt's (`xorrisofs -joliet -rock`), the images carry Rock Ridge names (what Linux
 shows) and Joliet names (what Windows shows) beside the ISO 9660 ones, and the volume label
 cloud-init looks for: `cidata` (NoCloud) or `config-2` (ConfigDrive); config volumes use
@@ -13,22 +16,19 @@ has the old image open keeps reading a whole file.
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
 import posixpath
+import subprocess
+import sys
 from collections.abc import Iterable
 
-import pycdlib
-from pycdlib.pycdlibexception import PyCdlibException
-
 from ch_launcher.convert.plan import BuildCloudInitIso, BuildIso
+from ch_launcher.prepare import isowriter
 from ch_launcher.prepare.errors import PreparationError
 
 log = logging.getLogger(__name__)
-JOLIET_MAX_NAME = 64  # UCS-2 characters per Joliet name component
-JOLIET_MAX_LABEL = 16  # the volume identifier's 32 bytes hold 16 UCS-2 characters
 
 
 def _is_hidden(name: str) -> bool:
@@ -53,42 +53,26 @@ def collect_dir(source_dir: str, prefix: str = "") -> list[tuple[str, str]]:
     return out
 
 
-def write_iso(path: str, label: str, files: Iterable[tuple[str, bytes]]) -> None:
-    """Write an ISO with `label` holding `files` (relative path, content), atomically.
-
-    Joliet names are left out when a name or the label is too long for Joliet (the ISO 9660
-    label holds 32 characters, Joliet's 16); Rock Ridge names are always there.
-    Raises PyCdlibException or OSError; callers turn them into PreparationError."""
-    entries = sorted(files)
-    names = {part for rel, _ in entries for part in rel.split("/")}
-    joliet = len(label) <= JOLIET_MAX_LABEL and all(len(n) <= JOLIET_MAX_NAME for n in names)
-    iso = pycdlib.PyCdlib()
-    # Interchange level 4 keeps names as they are; Rock Ridge 1.09 is what Linux mounts read.
-    iso.new(interchange_level=4, vol_ident=label, joliet=3 if joliet else None, rock_ridge="1.09")
-    made: set[str] = set()
+def write_iso(path: str, label: str, files: Iterable[tuple[str, bytes]], *, timeout: float = 60.0) -> None:
+    """Write an ISO with `label` holding `files` (relative path, content), atomically, in a
+    child process (`ch_launcher.prepare.isowriter`: pycdlib never loads into the launcher).
+    Raises IsoWriteError (an OSError) with the writer's message when it fails or does not
+    answer within `timeout` seconds."""
+    request = isowriter.encode_request(path, label, files)
     try:
-        for rel, data in entries:
-            parts = rel.split("/")
-            for depth in range(1, len(parts)):
-                d = "/" + "/".join(parts[:depth])
-                if d not in made:
-                    iso.add_directory(iso_path=d, rr_name=parts[depth - 1], joliet_path=d if joliet else None)
-                    made.add(d)
-            target = "/" + rel
-            iso.add_fp(io.BytesIO(data), len(data), iso_path=target, rr_name=parts[-1],
-                       joliet_path=target if joliet else None)
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        staging = f"{path}.staging"
-        try:
-            iso.write(staging)
-            os.chmod(staging, 0o640)
-            os.replace(staging, path)
-        except BaseException:
-            if os.path.lexists(staging):
-                os.unlink(staging)
-            raise
-    finally:
-        iso.close()
+        # Run by path, not `-m`: importing the package ch_launcher.prepare would load the translator.
+        done = subprocess.run([sys.executable, isowriter.__file__], input=request,
+                              capture_output=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise IsoWriteError(f"the ISO writer did not finish within {timeout:g} s") from None
+    answer = done.stdout.decode(errors="replace").strip()
+    if answer != "written":
+        detail = answer.removeprefix("error: ") or done.stderr.decode(errors="replace").strip()[-500:]
+        raise IsoWriteError(detail or f"the ISO writer exited with {done.returncode} and said nothing")
+
+
+class IsoWriteError(OSError):
+    """The ISO writer child failed; `str()` is its message."""
 
 
 def build_iso(step: BuildIso) -> None:
@@ -116,7 +100,7 @@ def build_iso(step: BuildIso) -> None:
         write_iso(step.path, step.volume_label, files)
     except PreparationError:
         raise
-    except (OSError, PyCdlibException) as e:
+    except OSError as e:
         raise PreparationError(step.field, f"{step.field}: cannot build the ISO {step.path}: {e}") from None
     log.info("built ISO %s (label %s, %d files) for %s", step.path, step.volume_label, len(files), step.field)
 
@@ -185,6 +169,6 @@ def build_cloud_init_iso(step: BuildCloudInitIso) -> None:
         write_iso(step.path, label, files)
     except PreparationError:
         raise
-    except (OSError, PyCdlibException) as e:
+    except OSError as e:
         raise PreparationError(step.field, f"{step.field}: cannot build the cloud-init ISO {step.path}: {e}") from None
     log.info("built cloud-init ISO %s (%s) for %s", step.path, posixpath.basename(step.path), step.field)

@@ -22,8 +22,9 @@ BASE = PYPROJECT["project"]["dependencies"]
 EXTRAS = PYPROJECT["project"]["optional-dependencies"]
 # package -> (its extra, what its process must never load: the other image's stack)
 SIDES = {
-    "ch_launcher": ("launcher", {"aiohttp", "kubernetes", "cryptography", "prometheus_client", "yaml"}),
-    "admission": ("admission", {"grpc", "google.protobuf", "pycdlib", "requests_unixsocket", "psutil"}),
+    "ch_launcher": ("launcher", {"aiohttp", "kubernetes", "cryptography", "prometheus_client", "yaml", "requests",
+                                 "urllib3"}),
+    "admission": ("admission", {"grpc", "google.protobuf", "pycdlib", "psutil"}),
 }
 # Modules of the package that are developer tools, not part of its process (run from a checkout).
 # Distributions a declared one pins exactly and whose modules the code may import by name.

@@ -6,6 +6,8 @@ import io
 import json
 import os
 import pathlib
+import subprocess
+import sys
 
 import pycdlib
 import pytest
@@ -173,3 +175,24 @@ def test_a_label_too_long_for_joliet_keeps_all_32_characters_without_joliet(tmp_
     step = BuildIso(field="f", path=str(tmp_path / "x.iso"), volume_label=label, files=(IsoFile(name="a", data=b"v"),))
     build_iso(step)
     assert read_iso(step.path) == (label, {"/a": b"v"})
+
+
+def test_an_iso_the_writer_cannot_write_is_a_preparation_error_with_the_writers_reason(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "ci").write_text("a file where the ISO's directory should be")
+    with pytest.raises(PreparationError) as e:
+        build_cloud_init_iso(nocloud(tmp_path, user_data=b"#cloud-config\n"))
+    assert e.value.field == FIELD
+    assert "cannot build the cloud-init ISO" in e.value.message and "File exists" in e.value.message
+
+
+def test_building_an_iso_never_loads_pycdlib_into_the_launcher(tmp_path: pathlib.Path) -> None:
+    """pycdlib runs in the short-lived writer child (ch_launcher/prepare/isowriter.py), so the
+    launcher's own memory never holds it."""
+    path = tmp_path / "x.iso"
+    code = ("import sys\nfrom ch_launcher.prepare.iso import write_iso\n"
+            f"write_iso({str(path)!r}, 'cidata', [('meta-data', b'{{}}')])\n"
+            "print('pycdlib' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+    assert read_iso(str(path)) == ("cidata", {"/meta-data": b"{}"})
