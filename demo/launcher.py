@@ -112,10 +112,12 @@ class LauncherProcess:
     def __init__(self, layout: LauncherLayout, *, name: str, namespace: str, uid: str, ch_binary: str,
                  grace_period_seconds: int = 30, qemu_timeout: str = "60s", extra_args: Sequence[str] = (),
                  env: Mapping[str, str] | None = None,
-                 wrap: Callable[[list[str]], list[str]] | None = None) -> None:
+                 wrap: Callable[[list[str]], list[str]] | None = None, command: Sequence[str] | None = None) -> None:
+        """`command` runs the launcher (default: this interpreter on the checkout's ch_launcher,
+        with PYTHONPATH pointing at it); an installed `ch-launcher` script gets `env` as given."""
         self.layout = layout
         argv = [
-            sys.executable, "-m", "ch_launcher.cli",
+            *(command or (sys.executable, "-m", "ch_launcher.cli")),
             "--qemu-timeout", qemu_timeout, "--name", name, "--uid", uid, "--namespace", namespace,
             "--kubevirt-share-dir", str(layout.share_dir), "--ephemeral-disk-dir", str(layout.ephemeral_disk_dir),
             "--container-disk-dir", str(layout.container_disk_dir), "--hotplug-disk-dir", str(layout.hotplug_disk_dir),
@@ -126,7 +128,8 @@ class LauncherProcess:
         # `wrap` turns the argv into the one to execute (tests: a pod sandbox's user and namespaces)
         self.argv = wrap(argv) if wrap is not None else argv
         self.env = dict(os.environ if env is None else env)
-        self.env.setdefault("PYTHONPATH", str(REPO))
+        if command is None:
+            self.env.setdefault("PYTHONPATH", str(REPO))
         self.popen: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
         self._descendants: set[int] = set()

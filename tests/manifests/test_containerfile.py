@@ -198,3 +198,33 @@ def test_the_launcher_can_bind_the_dhcp_port_as_uid_107():
 def test_the_launcher_image_keeps_var_run_a_symlink_to_run():
     """KubeVirt's sockets live under /var/run; virt-handler reaches them as /run as well."""
     assert "test -L /var/run" in CONTAINERFILE.stage("launcher").run_text()
+
+
+def test_the_launcher_image_runs_optimized_with_its_bytecode_compiled():
+    """The launcher's memory knobs (bench/footprint.py measures this configuration): -OO and two
+    malloc arenas, and bytecode for that optimization level compiled at build time for the
+    standard library (the base image deletes its .pyc files) and the virtualenv, since
+    PYTHONDONTWRITEBYTECODE keeps the interpreter from caching what it compiles."""
+    launcher = CONTAINERFILE.stage("launcher")
+    env = dict(word.split("=", 1) for rest in launcher.all("ENV") for word in rest.split())
+    assert env["PYTHONOPTIMIZE"] == "2" and env["MALLOC_ARENA_MAX"] == "2"
+    assert "PYTHONDONTWRITEBYTECODE=1" in CONTAINERFILE.stage("python-runtime").all("ENV")[0]
+    run = launcher.run_text()
+    m = re.search(r"python -m compileall -q -j0 -o (\d) (.*?) /opt/kubevirt-ch/lib", run)
+    assert m and m.group(1) == env["PYTHONOPTIMIZE"], run
+    assert 'sysconfig.get_path("stdlib")' in m.group(2)
+    assert CONTAINERFILE.stage("admission").all("ENV") == [], "the admission image keeps the default interpreter"
+
+
+def test_the_footprint_benchmark_runs_the_launcher_in_the_images_environment():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("footprint", REPO / "bench" / "footprint.py")
+    footprint = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(footprint)
+    env = footprint.image_environment()
+    for stage in ("python-runtime", "launcher"):
+        for rest in CONTAINERFILE.stage(stage).all("ENV"):
+            for word in rest.split():
+                key, value = word.split("=", 1)
+                assert env[key] == value

@@ -162,3 +162,21 @@ def test_the_serial_log_follows_the_vmi_then_the_cluster_setting(per_vmi, cluste
         raw["spec"]["domain"]["devices"]["logSerialConsole"] = per_vmi
     options = LauncherOptions(serial_console_log_disabled=cluster_disabled)
     assert serial_log_enabled(parse_vmi(raw), options) is logged
+
+
+def test_releasing_memory_advises_every_file_mapping_and_nothing_else(tmp_path):
+    from ch_launcher.manager.pod import release_memory
+
+    maps = tmp_path / "maps"
+    own = open("/proc/self/maps").read().splitlines()
+    files = [line for line in own if line.split(maxsplit=5)[5:] and line.split(maxsplit=5)[5].startswith("/")
+             and not line.split(maxsplit=5)[5].startswith("/dev/")]
+    anonymous = [line for line in own if len(line.split()) < 6 or line.split()[5].startswith("[")]
+    maps.write_text("\n".join(files + anonymous) + "\n")
+    assert release_memory(str(maps)) == len(files)  # anonymous memory and [heap]/[stack] are left alone
+
+
+def test_releasing_memory_never_fails(tmp_path):
+    from ch_launcher.manager.pod import release_memory
+
+    assert release_memory(str(tmp_path / "absent")) == 0
