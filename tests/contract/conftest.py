@@ -21,7 +21,7 @@ def sdir() -> Iterator[str]:
     remove_tree(directory)
 
 
-@pytest.fixture(params=["fake", "real"])
+@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.real_vmm)])
 def backend(request: pytest.FixtureRequest) -> Backend:
     """Both backends; the real one is skipped (with the reason) when it cannot run here."""
     if request.param == "real":

@@ -1,9 +1,10 @@
 """Runs a VMM (the simulated one, or a real `cloud-hypervisor`) for contract tests.
 
-The same tests run against both. The real binary is used when `CH_BINARY` names an executable,
-`/dev/kvm` can be opened read-write, and a guest payload is given (`CH_FIRMWARE` or
-`CH_KERNEL`, plus optional `CH_CMDLINE`); otherwise `real_vmm_unavailable()` says why, and the
-real-VMM variants are skipped with that reason.
+The same tests run against both. The real binary is `CH_BINARY`, else `../shared/vmm/
+cloud-hypervisor`; it runs when `/dev/kvm` can be opened read-write; its guest is `CH_FIRMWARE`
+or `CH_KERNEL` (+ `CH_CMDLINE`) when given, else the tiny guest of tests/guest/ (see
+tests/real_vmm.py). Otherwise `real_vmm_unavailable()` says why, and the real-VMM variants are
+skipped with that reason (a failure when ../shared is beside the checkout: tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -21,28 +22,15 @@ from typing import Any
 from ch_launcher.ch.api import CloudHypervisorClient
 from ch_launcher.ch.events import Event, EventFifo, EventStreamParser, open_event_fifo
 from ch_launcher.ch.process import VmmProcess
+from tests import real_vmm
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FAKE_CH = REPO / "tests" / "fakes" / "fake_cloud_hypervisor.py"
 
 
 def real_vmm_unavailable() -> str | None:
-    """None when a real VMM can run here, else the reason it cannot."""
-    binary = os.environ.get("CH_BINARY")
-    if not binary:
-        return "CH_BINARY is not set (path of a real cloud-hypervisor binary)"
-    if not os.access(binary, os.X_OK):
-        return f"CH_BINARY={binary} is not an executable file"
-    try:
-        os.close(os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC))
-    except OSError as exc:
-        return f"/dev/kvm is not usable: {exc.strerror}"
-    payload = os.environ.get("CH_FIRMWARE") or os.environ.get("CH_KERNEL")
-    if not payload:
-        return "no guest payload: set CH_FIRMWARE or CH_KERNEL"
-    if not os.path.isfile(payload):
-        return f"guest payload {payload} does not exist"
-    return None
+    """None when a real VMM can run here, else the reason it cannot (tests/real_vmm.py)."""
+    return real_vmm.unavailable()
 
 
 @dataclass
@@ -59,12 +47,7 @@ class Backend:
     def payload(self, directory: str) -> dict[str, Any]:
         """A `PayloadConfig` that boots on this backend."""
         if self.real:
-            if os.environ.get("CH_FIRMWARE"):
-                return {"firmware": os.environ["CH_FIRMWARE"]}
-            out = {"kernel": os.environ["CH_KERNEL"]}
-            if os.environ.get("CH_CMDLINE"):
-                out["cmdline"] = os.environ["CH_CMDLINE"]
-            return out
+            return real_vmm.payload()
         firmware = os.path.join(directory, "hypervisor-fw")
         if not os.path.exists(firmware):
             with open(firmware, "wb") as f:
@@ -76,7 +59,7 @@ FAKE = Backend("fake", str(FAKE_CH))
 
 
 def real_backend() -> Backend:
-    return Backend("real", os.environ.get("CH_BINARY", ""))
+    return Backend("real", real_vmm.binary())
 
 
 class EventLog:

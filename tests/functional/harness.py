@@ -1,4 +1,4 @@
-"""A virt-handler stand-in around one real ch-launcher process on the simulated VMM.
+"""A virt-handler stand-in around one real ch-launcher process on the simulated or the real VMM.
 
 `Harness` owns an asyncio loop (the tests are plain functions), a short temporary root (unix
 socket paths are limited to 107 bytes), the Notify recorder, the Cmd client and the launcher
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from demo import (
     FAKE_CH, CmdClient, LauncherLayout, LauncherProcess, NotifyRecorder, container_disk_images, fake_firmware,
 )
+from tests import real_vmm
 
 if TYPE_CHECKING:
     from tests.functional.pod_sandbox import PodSandbox
@@ -68,30 +69,36 @@ def make_vmi(name: str = "testvmi", *, uid: str | None = None, grace: int | None
 
 @dataclass(frozen=True)
 class RealVmm:
-    """A real cloud-hypervisor with what a guest needs: `CH_BINARY`, `/dev/kvm`, firmware in
-    `CH_FIRMWARE_DIR` (hypervisor-fw) and a bootable raw or qcow2 disk image `CH_DEMO_IMAGE`."""
+    """A real cloud-hypervisor and a guest for it (tests/real_vmm.py): the binary is `CH_BINARY`
+    or ../shared/vmm/cloud-hypervisor; the launcher's `hypervisor-fw` is `CH_FIRMWARE` (or
+    `CH_FIRMWARE_DIR`'s hypervisor-fw and CLOUDHV.fd) or the tiny guest; the first containerDisk
+    is `CH_DEMO_IMAGE` or a blank raw image (the tiny guest reads no disk). `tiny_guest`: the
+    story drives the tiny guest's console, so it always runs the tiny guest."""
 
     binary: str
-    firmware_dir: Path
-    image: Path
+    firmware: dict[str, Path]  # file name in the launcher's firmware dir -> source file
+    image: Path | None
+    tiny_guest: bool
 
     @classmethod
-    def from_environment(cls) -> RealVmm | str:
+    def from_environment(cls, *, tiny_guest: bool = False) -> RealVmm | str:
         """The real VMM, or why it cannot be used (for a skip reason)."""
-        binary = os.environ.get("CH_BINARY", "")
-        if not binary:
-            return "CH_BINARY is not set (path of a real cloud-hypervisor binary)"
-        if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
-            return f"CH_BINARY={binary} is not an executable file"
-        if not os.access("/dev/kvm", os.R_OK | os.W_OK):
-            return "/dev/kvm is missing or not usable by this user"
-        firmware = Path(os.environ.get("CH_FIRMWARE_DIR", "/usr/share/cloud-hypervisor"))
-        if not (firmware / "hypervisor-fw").is_file():
-            return f"no {firmware}/hypervisor-fw: set CH_FIRMWARE_DIR to rust-hypervisor-firmware's directory"
-        image = os.environ.get("CH_DEMO_IMAGE", "")
-        if not image or not os.path.isfile(image):
-            return "CH_DEMO_IMAGE is not set to a bootable disk image (e.g. a cloud image)"
-        return cls(binary, firmware, Path(image))
+        reason = real_vmm.unavailable(tiny_guest=tiny_guest)
+        if reason:
+            return reason
+        firmware_dir = os.environ.get("CH_FIRMWARE_DIR", "")
+        own = not tiny_guest and (os.environ.get("CH_FIRMWARE") or firmware_dir)
+        if own and not os.environ.get("CH_FIRMWARE"):
+            found = {n: Path(firmware_dir) / n for n in ("hypervisor-fw", "CLOUDHV.fd")
+                     if (Path(firmware_dir) / n).is_file()}
+            if "hypervisor-fw" not in found:
+                return f"no {firmware_dir}/hypervisor-fw (CH_FIRMWARE_DIR)"
+        else:
+            found = {"hypervisor-fw": real_vmm.firmware_file(tiny_guest=tiny_guest)}
+        image = os.environ.get("CH_DEMO_IMAGE", "") if own else ""
+        if image and not os.path.isfile(image):
+            return f"CH_DEMO_IMAGE={image} is not a file"
+        return cls(real_vmm.binary(), found, Path(image) if image else None, not own)
 
 
 class Harness:
@@ -121,10 +128,10 @@ class Harness:
             fake_firmware(self.layout)
             container_disk_images(self.vmi, self.layout, size=16 << 20)
         else:
-            for name in ("hypervisor-fw", "CLOUDHV.fd"):
-                if (real.firmware_dir / name).exists():
-                    shutil.copyfile(real.firmware_dir / name, self.layout.firmware_dir / name)
-            container_disk_images(self.vmi, self.layout, image=str(real.image))
+            for name, source in real.firmware.items():
+                shutil.copyfile(source, self.layout.firmware_dir / name)
+            container_disk_images(self.vmi, self.layout, size=1 << 20,
+                                  image=str(real.image) if real.image else None)
         if pod is not None:
             pod.own(self.root)
 

@@ -11,7 +11,6 @@ makes them available to every functional test.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -23,28 +22,21 @@ import pytest
 
 from ch_launcher._proto import kubevirt_cmd_v1_pb2 as cmd_pb2
 from demo import FAKE_CH
+from tests import real_vmm as tests_real_vmm
 from tests.functional.harness import Harness, RealVmm
 from tests.functional.pod_probes import api, vm_info
 from tests.functional.pod_sandbox import PodSandbox, missing_requirements
 from tests.guest.build import guest_payload, missing_tools
 
-REPO = Path(__file__).resolve().parents[2]
-SHARED_CH = REPO.parent / "shared" / "vmm" / "cloud-hypervisor"
-
 
 def real_binary() -> str | None:
-    """The real cloud-hypervisor: `CH_BINARY`, else ../shared/vmm's, else None."""
-    binary = os.environ.get("CH_BINARY") or (str(SHARED_CH) if SHARED_CH.exists() else "")
-    return binary or None
+    """The real cloud-hypervisor: `CH_BINARY`, else ../shared/vmm's, else None (tests/real_vmm.py)."""
+    return tests_real_vmm.binary() or None
 
 
 def real_vmm_reason() -> str | None:
-    """Why the real VMM cannot run here (a skip reason), or None."""
-    if real_binary() is None:
-        return "no real cloud-hypervisor: ../shared/vmm is absent and CH_BINARY is not set"
-    if not os.path.exists("/dev/kvm"):
-        return "/dev/kvm is absent"
-    return missing_tools()
+    """Why the real VMM cannot run here with the tiny guest (a skip reason), or None."""
+    return tests_real_vmm.unavailable(tiny_guest=True)
 
 
 @pytest.fixture
@@ -56,7 +48,7 @@ def pod():
         yield sandbox
 
 
-@pytest.fixture(params=["simulated", "real"])
+@pytest.fixture(params=["simulated", pytest.param("real", marks=pytest.mark.real_vmm)])
 def vmm_kind(request):
     if request.param == "real":
         reason = real_vmm_reason()
@@ -75,7 +67,7 @@ def real_vmm(pod: PodSandbox) -> RealVmm:
         f.truncate(1 << 20)
     binary = real_binary()
     assert binary is not None
-    return RealVmm(binary, firmware, image)
+    return RealVmm(binary, {"hypervisor-fw": firmware / "hypervisor-fw"}, image, tiny_guest=True)
 
 
 @pytest.fixture

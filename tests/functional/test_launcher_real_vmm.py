@@ -1,7 +1,7 @@
-"""Launcher stories on a real cloud-hypervisor: the opt-in path of README "Testing against a real
-cloud-hypervisor". Skipped, with the reason, unless CH_BINARY, /dev/kvm, CH_FIRMWARE_DIR and
-CH_DEMO_IMAGE are there. Only what a real guest does by itself is asserted: no simulated guest
-actions (those stories run on the simulated VMM in test_launcher_stories.py)."""
+"""A launcher story on a real cloud-hypervisor with any guest: ../shared/vmm's binary (or
+CH_BINARY) and the tiny guest (or the user's CH_FIRMWARE / CH_FIRMWARE_DIR and CH_DEMO_IMAGE),
+README "Testing against a real cloud-hypervisor". Only what the VMM does by itself is asserted;
+the guest-driven stories run on both VMMs in test_launcher_stories.py."""
 
 from __future__ import annotations
 

@@ -4,7 +4,6 @@ echoes what is typed there, and powers the VM off on command (the VMM then exits
 from __future__ import annotations
 
 import os
-import pathlib
 import shutil
 import socket
 import tempfile
@@ -13,24 +12,17 @@ import time
 import pytest
 
 from ch_launcher.ch.process import VmmProcess
-from tests.guest.build import guest_payload, missing_tools
-
-SHARED_CH = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "vmm" / "cloud-hypervisor"
+from tests import real_vmm
+from tests.guest.build import guest_payload
 
 pytestmark = pytest.mark.real_vmm
 
 
 def _real_binary() -> str:
-    binary = os.environ.get("CH_BINARY") or (str(SHARED_CH) if SHARED_CH.exists() else "")
-    if not binary:
-        pytest.skip("no real cloud-hypervisor: ../shared/vmm is absent and CH_BINARY is not set")
-    try:
-        os.close(os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC))
-    except OSError as exc:
-        pytest.skip(f"/dev/kvm is not usable: {exc.strerror}")
-    if missing_tools():
-        pytest.skip(missing_tools())
-    return binary
+    reason = real_vmm.unavailable(tiny_guest=True)
+    if reason:
+        pytest.skip(reason)
+    return real_vmm.binary()
 
 
 def _read_until(conn: socket.socket, marker: bytes, timeout: float) -> bytes:
