@@ -207,13 +207,13 @@ def test_hot_add_is_validated_at_once(fake: Vmm) -> None:
     assert info.value.root_cause == "Identifier d is not unique"
 
 
-def test_removing_an_unknown_device_is_a_conflict(fake: Vmm) -> None:
-    fake.client.create(fake.config())
+def test_removing_an_unknown_device_is_a_conflict(vmm: Vmm) -> None:
+    vmm.client.create(vmm.config())
     with pytest.raises(Conflict, match='No device with id "ghost" to remove'):
-        fake.client.remove_device("ghost")
-    fake.client.boot()
+        vmm.client.remove_device("ghost")
+    vmm.client.boot()  # a booted VM asks its DeviceManager first, which words it differently
     with pytest.raises(Conflict, match="Failed to find device corresponding to the given identifier: ghost"):
-        fake.client.remove_device("ghost")
+        vmm.client.remove_device("ghost")
 
 
 def test_unknown_fields_are_accepted_logged_and_dropped(fake: Vmm) -> None:

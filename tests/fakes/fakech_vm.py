@@ -737,10 +737,19 @@ class Vmm:
         directory = checks.file_url_dir(url)
         if directory is None:  # never a path relative to wherever the VMM runs
             raise self.fail("vm.restore", "Cannot restore VM", f"Invalid source URL {url!r}")
+        # The chains of the real v53.0 (vmm/src/vm.rs, migration.rs): the directory is checked by
+        # the "send" helper, hence its wording.
+        if not os.path.isdir(directory):
+            raise self.fail("vm.restore", "Cannot restore VM", "Failed to send migratable component snapshot",
+                            f'Destination is not a directory: "{directory}"')
+        config_file = os.path.join(directory, "config.json")
         try:
-            with open(os.path.join(directory, "config.json")) as f:
+            with open(config_file) as f:
                 config = json.load(f)
-        except (OSError, ValueError) as exc:
+        except OSError:
+            raise self.fail("vm.restore", "Cannot restore VM", "Failed to receive migratable component snapshot",
+                            f'Error opening VM config snapshot file "{config_file}"') from None
+        except ValueError as exc:
             raise self.fail("vm.restore", "Cannot restore VM", f"Could not read the snapshot: {exc}") from None
         self.host.event("vm", "restoring")
         self.config = config
