@@ -145,14 +145,29 @@ def test_hung_call_times_out_naming_the_endpoint_and_the_wait(start: Callable[..
     assert time.monotonic() - t0 < 5.0
 
 
+BOOTED_THEN_STOPPED = ["vmm:starting", "vm:booting", "vm:booted", "vm:shutdown", "vm:deleted", "vmm:shutdown"]
+
+
+def assert_final_events(vmm: Vmm) -> None:
+    """A VM booted and then stopped with its VMM: the events say so, in order. The real VMM
+    writes events from a thread it does not join before process::exit (cloud-hypervisor
+    vmm/src/lib.rs start_event_monitor_thread, cloud-hypervisor/src/main.rs@v53), so on a busy
+    machine the last ones (even vm:booted) can be lost: what arrives is a prefix. A launcher must
+    not depend on them (it reads the exit status; see manager/core.py _vmm_gone)."""
+    names = [n for n in vmm.events.names() if not n.startswith("virtio-device")]
+    if vmm.backend.real:
+        assert names == BOOTED_THEN_STOPPED[: len(names)], names
+    else:
+        assert names == BOOTED_THEN_STOPPED
+
+
 def test_terminate_uses_vmm_shutdown_and_reaps(vmm: Vmm) -> None:
     vmm.client.create(vmm.config())
     vmm.client.boot()
     assert vmm.proc.terminate() == 0
     assert vmm.proc.poll() == 0
     assert not os.path.exists(vmm.api_socket)  # a clean exit removes the socket
-    names = vmm.events.names()
-    assert names[-3:] == ["vm:shutdown", "vm:deleted", "vmm:shutdown"]
+    assert_final_events(vmm)
     assert vmm.proc.terminate() == 0  # twice is fine
 
 
@@ -191,7 +206,7 @@ def test_sigterm_deletes_the_vm_and_exits_cleanly(vmm: Vmm) -> None:
     vmm.client.boot()
     vmm.signal(signal.SIGTERM)
     assert vmm.proc.wait(10) == 0
-    assert vmm.events.names()[-3:] == ["vm:shutdown", "vm:deleted", "vmm:shutdown"]
+    assert_final_events(vmm)
     assert not os.path.exists(vmm.api_socket)
 
 
