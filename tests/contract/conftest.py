@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests import real_vmm
 from tests.contract.harness import FAKE, Backend, Vmm, launch, real_backend, real_vmm_unavailable, remove_tree, short_dir
 
 
@@ -26,6 +27,18 @@ def backend(request: pytest.FixtureRequest) -> Backend:
     """Both backends; the real one is skipped (with the reason) when it cannot run here."""
     if request.param == "real":
         reason = real_vmm_unavailable()
+        if reason:
+            pytest.skip(f"real cloud-hypervisor: {reason}")
+        return real_backend()
+    return FAKE
+
+
+@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.real_vmm)])
+def guest_backend(request: pytest.FixtureRequest) -> Backend:
+    """Both backends for the guest-driven tests: the simulated guest acts on signals, the real
+    VMM runs the tiny guest (whatever CH_FIRMWARE says), which acts on console commands."""
+    if request.param == "real":
+        reason = real_vmm.unavailable(tiny_guest=True)
         if reason:
             pytest.skip(f"real cloud-hypervisor: {reason}")
         return real_backend()

@@ -9,23 +9,31 @@ skipped with that reason (a failure when ../shared is beside the checkout: tests
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import select
 import shutil
+import signal
 import socket
 import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ch_launcher.ch.api import CloudHypervisorClient
+from ch_launcher.ch.api import CloudHypervisorClient, VmmUnavailable
 from ch_launcher.ch.events import Event, EventFifo, EventStreamParser, open_event_fifo
 from ch_launcher.ch.process import VmmProcess
 from tests import real_vmm
+from tests.guest.build import guest_payload
+from tests.guest.console import GuestConsole
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FAKE_CH = REPO / "tests" / "fakes" / "fake_cloud_hypervisor.py"
+# What the simulated guest does on a signal (fake_cloud_hypervisor.py); the tiny guest does it on
+# a console command. A triple fault is a reset for cloud-hypervisor, like a reboot.
+SIMULATED_GUEST_SIGNALS = {"poweroff": signal.SIGUSR1, "reboot": signal.SIGUSR2, "triple-fault": signal.SIGUSR2,
+                           "panic": signal.SIGURG}
 
 
 def real_vmm_unavailable() -> str | None:
@@ -143,6 +151,31 @@ class Vmm:
 
     def signal(self, sig: int) -> None:
         os.kill(self.proc.pid, sig)
+
+    @property
+    def serial_socket(self) -> str:
+        return os.path.join(self.dir, f"{self.proc.api_socket.rsplit('/', 1)[-1]}.serial")
+
+    def guest_config(self, **extra: Any) -> dict[str, Any]:
+        """`config()` for a guest-driven test: the serial port on a socket, and on the real VMM
+        the tiny guest (tests/guest/), whose console commands `guest_does` types."""
+        cfg = self.config(serial={"mode": "Socket", "socket": self.serial_socket}, **extra)
+        if self.backend.real:
+            cfg["payload"] = {"firmware": str(guest_payload())}
+        return cfg
+
+    def guest_does(self, action: str) -> None:
+        """The guest powers off, reboots, panics, ignores ACPI (tests/guest/console.py COMMANDS):
+        a signal to the simulated VMM (where it has one), a console command to the tiny guest.
+        Returns once the simulated VMM has acted on it, or the tiny guest has acknowledged it."""
+        if not self.backend.real:
+            self.signal(SIMULATED_GUEST_SIGNALS[action])
+            with contextlib.suppress(VmmUnavailable):  # a poweroff may end it
+                self.client.ping()  # the simulated VMM acts on a signal before answering the next request
+            return
+        with GuestConsole(self.serial_socket) as guest:
+            guest.hello()
+            guest.command(action)
 
     def stop(self) -> None:
         try:

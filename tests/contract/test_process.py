@@ -14,6 +14,7 @@ import pytest
 from ch_launcher.ch.api import VmmUnavailable
 from ch_launcher.ch.process import VmmProcess, VmmStartError
 from tests.contract.harness import FAKE, Backend, Vmm
+from tests.guest.console import COMMANDS, POWER_BUTTON_IGNORED, GuestConsole, GuestTimeout
 
 
 def _stale_socket(path: str) -> None:
@@ -217,25 +218,26 @@ def test_calls_to_an_exited_vmm_say_the_socket_is_gone(vmm: Vmm) -> None:
         vmm.client.info()
 
 
-# --- guest-driven exits (the simulated guest acts on signals) ----------------------------------
+# --- guest-driven exits (the simulated guest acts on signals, the tiny guest on commands) -------
 
 
-def test_guest_poweroff_ends_the_vmm_without_no_shutdown(start: Callable[..., Vmm]) -> None:
-    vmm = start(FAKE)
-    vmm.client.create(vmm.config())
+def test_guest_poweroff_ends_the_vmm_without_no_shutdown(guest_backend: Backend, start: Callable[..., Vmm]) -> None:
+    vmm = start(guest_backend)
+    vmm.client.create(vmm.guest_config())
     vmm.client.boot()
-    vmm.signal(signal.SIGUSR1)
+    vmm.guest_does("poweroff")
     assert vmm.proc.wait(10) == 0
-    assert vmm.events.names()[-3:] == ["vm:shutdown", "vm:deleted", "vmm:shutdown"]
+    assert_final_events(vmm)
     assert not os.path.exists(vmm.api_socket)
 
 
-def test_guest_poweroff_with_no_shutdown_leaves_a_created_vm_that_boots_again(start: Callable[..., Vmm]) -> None:
-    vmm = start(FAKE, no_shutdown=True)
-    vmm.client.create(vmm.config())
+def test_guest_poweroff_with_no_shutdown_leaves_a_created_vm_that_boots_again(
+        guest_backend: Backend, start: Callable[..., Vmm]) -> None:
+    vmm = start(guest_backend, no_shutdown=True)
+    vmm.client.create(vmm.guest_config())
     vmm.client.boot()
     vmm.events.set_mark()
-    vmm.signal(signal.SIGUSR1)
+    vmm.guest_does("poweroff")
     vmm.events.wait_for("vm:shutdown")
     assert vmm.proc.poll() is None
     assert vmm.client.info().state == "Created"
@@ -244,7 +246,19 @@ def test_guest_poweroff_with_no_shutdown_leaves_a_created_vm_that_boots_again(st
     assert vmm.client.info().state == "Running"
 
 
-def test_power_button_makes_the_guest_power_off_after_the_acpi_delay(start: Callable[..., Vmm]) -> None:
+def test_power_button_makes_the_guest_power_off(guest_backend: Backend, start: Callable[..., Vmm]) -> None:
+    vmm = start(guest_backend, no_shutdown=True)
+    vmm.client.create(vmm.guest_config())
+    vmm.client.boot()
+    if guest_backend.real:
+        vmm.guest_does("hello")  # booted far enough to take the ACPI event
+    vmm.events.set_mark()
+    vmm.client.power_button()
+    vmm.events.wait_for("vm:shutdown", timeout=5)
+    assert vmm.client.info().state == "Created"
+
+
+def test_power_button_makes_the_simulated_guest_power_off_after_the_acpi_delay(start: Callable[..., Vmm]) -> None:
     vmm = start(FAKE, no_shutdown=True, env={"FAKE_CH_ACPI_DELAY": "0.3"})
     vmm.client.create(vmm.config())
     vmm.client.boot()
@@ -255,34 +269,50 @@ def test_power_button_makes_the_guest_power_off_after_the_acpi_delay(start: Call
     assert vmm.client.info().state == "Created"
 
 
-def test_power_button_is_ignored_by_a_guest_without_acpi(start: Callable[..., Vmm]) -> None:
-    vmm = start(FAKE, env={"FAKE_CH_ACPI_DELAY": "never"})
-    vmm.client.create(vmm.config())
+def test_power_button_is_ignored_by_a_guest_without_acpi(guest_backend: Backend, start: Callable[..., Vmm]) -> None:
+    vmm = start(guest_backend, env={"FAKE_CH_ACPI_DELAY": "never"})
+    vmm.client.create(vmm.guest_config())
     vmm.client.boot()
-    vmm.client.power_button()
-    assert "the guest ignores ACPI" in vmm.proc.log_tail()  # no poweroff was scheduled
+    if guest_backend.real:
+        vmm.guest_does("ignore-acpi")
+        with GuestConsole(vmm.serial_socket) as console:
+            vmm.client.power_button()
+            console.read_until(POWER_BUTTON_IGNORED)
+    else:
+        vmm.client.power_button()
+        assert "the guest ignores ACPI" in vmm.proc.log_tail()  # no poweroff was scheduled
     assert vmm.client.info().state == "Running"
 
 
-def test_guest_poweroff_while_paused_happens_after_resume(start: Callable[..., Vmm]) -> None:
-    vmm = start(FAKE, no_shutdown=True)
-    vmm.client.create(vmm.config())
+def test_guest_poweroff_while_paused_happens_after_resume(guest_backend: Backend, start: Callable[..., Vmm]) -> None:
+    vmm = start(guest_backend, no_shutdown=True)
+    vmm.client.create(vmm.guest_config())
     vmm.client.boot()
-    vmm.client.pause()
-    vmm.signal(signal.SIGUSR1)  # acted on before the next request is answered
-    assert vmm.client.info().state == "Paused"
-    assert "guest poweroff deferred: the VM is paused" in vmm.proc.log_tail()
-    vmm.client.resume()
+    if guest_backend.real:
+        vmm.guest_does("hello")
+        vmm.client.pause()
+        with GuestConsole(vmm.serial_socket) as console:
+            console.send(b"~p")  # typed while paused: the guest acts once it runs again
+            assert vmm.client.info().state == "Paused"
+            vmm.client.resume()
+            console.read_until(COMMANDS["poweroff"][1])
+    else:
+        vmm.client.pause()
+        vmm.signal(signal.SIGUSR1)  # acted on before the next request is answered
+        assert vmm.client.info().state == "Paused"
+        assert "guest poweroff deferred: the VM is paused" in vmm.proc.log_tail()
+        vmm.client.resume()
     vmm.events.wait_for("vm:shutdown", after_mark=False)
     assert vmm.client.info().state == "Created"
 
 
-def test_guest_reboot_rebuilds_the_vm_in_process(start: Callable[..., Vmm]) -> None:
-    vmm = start(FAKE)
-    vmm.client.create(vmm.config())
+@pytest.mark.parametrize("how", ["reboot", "triple-fault"])
+def test_guest_reboot_rebuilds_the_vm_in_process(guest_backend: Backend, start: Callable[..., Vmm], how: str) -> None:
+    vmm = start(guest_backend)
+    vmm.client.create(vmm.guest_config())
     vmm.client.boot()
     vmm.events.set_mark()
-    vmm.signal(signal.SIGUSR2)
+    vmm.guest_does(how)
     vmm.events.wait_for("vm:rebooted")
     assert vmm.proc.poll() is None
     assert vmm.client.info().state == "Running"
@@ -290,19 +320,24 @@ def test_guest_reboot_rebuilds_the_vm_in_process(start: Callable[..., Vmm]) -> N
 
 
 @pytest.mark.parametrize("pvpanic", [True, False])
-def test_guest_panic_is_reported_only_with_pvpanic(start: Callable[..., Vmm], pvpanic: bool) -> None:
-    vmm = start(FAKE)
-    vmm.client.create(vmm.config(pvpanic=pvpanic))
+def test_guest_panic_is_reported_only_with_pvpanic(guest_backend: Backend, start: Callable[..., Vmm],
+                                                  pvpanic: bool) -> None:
+    vmm = start(guest_backend)
+    vmm.client.create(vmm.guest_config(pvpanic=pvpanic))
     vmm.client.boot()
-    vmm.signal(signal.SIGURG)
-    vmm.client.ping()  # the simulated VMM acts on a signal before answering the next request
-    vmm.events.poll()
-    panics = [e for e in vmm.events.seen if e.name == "guest:panic"]
-    if pvpanic:
-        assert [e.properties for e in panics] == [{"event": "panic"}]
+    if pvpanic or not guest_backend.real:
+        vmm.guest_does("panic")
     else:
-        assert panics == []
-        assert "guest panicked, but there is no pvpanic device" in vmm.proc.log_tail()
+        with pytest.raises(GuestTimeout, match="no pvpanic device"):  # the tiny guest finds none
+            vmm.guest_does("panic")
+    if pvpanic:
+        panic = vmm.events.wait_for("guest:panic", after_mark=False)
+        assert [e.properties for e in vmm.events.seen if e.name == "guest:panic"] == [{"event": "panic"}]
+        assert panic.properties == {"event": "panic"}
+    else:
+        assert "guest:panic" not in vmm.events.names()
+        if not guest_backend.real:
+            assert "guest panicked, but there is no pvpanic device" in vmm.proc.log_tail()
     assert vmm.client.info().state == "Running"
 
 
