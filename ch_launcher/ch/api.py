@@ -146,16 +146,34 @@ class InternalError(ChApiError):
 
 
 class VmmUnavailable(ChApiError):
-    """No answer from the VMM: socket missing, connection refused or reset, or timeout.
+    """No answer from the VMM: socket missing, connection refused or reset, or timeout; or an
+    answer saying that the VMM is exiting.
 
-    `status` is None (or 503 for micro_http's "Too many open connections"). The message says
-    which of these happened; a timeout names the endpoint and the seconds waited.
+    `status` is None (or 503 for micro_http's "Too many open connections"; 500 when the API
+    thread answers but the VMM thread behind it has stopped: "API request send error" /
+    "API response receive error", seen on v53.0 between a guest poweroff and the process exit).
+    The message says which of these happened; a timeout names the endpoint and the seconds
+    waited.
     """
+
+    @property
+    def timed_out(self) -> bool:
+        """The VMM did not answer in time: it may still carry out the request."""
+        return self.status is None and ("no answer from the VMM within" in self.detail
+                                        or "still in progress after" in self.detail)
+
+    @property
+    def exiting(self) -> bool:
+        """The VMM is gone or on its way out (not merely slow or busy)."""
+        return not self.timed_out and self.status != 503
 
 
 _TRANSITION = re.compile(r"InvalidStateTransition\((\w+), (\w+)\)")
 
 _NOT_CREATED = ("VM is not created", "VM config is missing")
+# The API thread still answers but the VMM thread has stopped (the process is exiting): v53.0's
+# ApiError::RequestSend / ResponseRecv, with the channel's own "sending/receiving on a closed channel".
+_EXITING_TEXTS = ("API request send error", "API response receive error")
 _CONFLICT_TEXTS = (
     "VM is already created",
     "VM is not running",
@@ -196,6 +214,8 @@ def error_for(endpoint: str, status: int, body: bytes) -> ChApiError:
     if any(t in joined for t in _NOT_CREATED):
         cls: type[ChApiError] = VmNotCreated
     elif status == 503 and "Too many open connections" in joined:
+        cls = VmmUnavailable
+    elif status == 500 and any(t in joined for t in _EXITING_TEXTS):
         cls = VmmUnavailable
     elif status == 429 or status == 409 or any(t in joined for t in _CONFLICT_TEXTS):
         cls = Conflict

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 STARTED_PHASES = ("Running", "Succeeded", "Failed")  # vmi.IsRunning() || vmi.IsFinal()
+_ALIVE = (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED)  # a VMM runs the VM
 
 
 @dataclass
@@ -210,6 +211,8 @@ class DomainManager(LiveChanges):
         if intent is Intent.SYNC and self._start_error is not None:
             error, self._start_error = self._start_error, None
             raise CommandFailed(error)  # reported once; the next Sync tries again
+        if intent is Intent.SYNC:
+            self._believe(await self._reread())  # a lost event must not outlive one reconcile
         started = vmi is not None and vmi.status.phase in STARTED_PHASES
         outcome = lifecycle.decide(intent, self._vm.state, user_paused=self._vm.user_paused,
                                    vmi_started=started, acpi=acpi_enabled(vmi or self._vmi))
@@ -395,7 +398,12 @@ class DomainManager(LiveChanges):
 
     async def _vm_call(self, what: str, call: Callable[[Any], None], new_state: VmState | None,
                        undo: Callable[[], None] | None = None) -> None:
-        from ch_launcher.ch.api import ChApiError, Conflict, VmNotCreated
+        """One state-changing call. When it fails or times out, what happened is read back from
+        the VMM (`vm.info`) rather than assumed: a pause whose answer was lost but which took
+        effect is a success (and stays the user's); a power button the VMM could no longer take
+        because the guest is already powering off is a success too (the exit reports the rest).
+        Otherwise CommandFailed with the reason."""
+        from ch_launcher.ch.api import ChApiError, Conflict, VmmUnavailable, VmNotCreated
 
         vmm = self._host.current
         if vmm is None:
@@ -407,13 +415,55 @@ class DomainManager(LiveChanges):
                 if new_state is not None:
                     self._set_state(new_state)
                 return
-            if undo is not None:
+            observed = await self._reread()
+            self._believe(observed)
+            if new_state is not None and self._vm.state is new_state:
+                log.warning("%s: %s; but the VMM says the VM is %s now: done", what, e, new_state.value)
+                return
+            if new_state is None and isinstance(e, VmmUnavailable) and e.exiting:
+                log.info("%s: the VMM is exiting (%s); its exit will tell how the VM ended", what, e)
+                return
+            # Undo what the step presumed (the user's pause, an armed soft reboot) only when the
+            # call is known not to have happened: a call that timed out may still take effect,
+            # and its event then finds the user's intent in place.
+            unknown = isinstance(e, VmmUnavailable) and e.timed_out and observed is None
+            if undo is not None and not unknown:
                 undo()
             if isinstance(e, VmNotCreated):
                 raise CommandFailed(lifecycle.DOMAIN_NOT_FOUND) from None
             raise CommandFailed(f"{what} failed: {e}") from None
         if new_state is not None:
             self._set_state(new_state)  # the VMM's event that follows forces the notification
+
+    async def _reread(self) -> str | None:
+        """The current VMM's own word on its VM (Kata's habit: read vm.info, do not trust memory):
+        its state ("Running", "Paused", "Created"), or None when there is no VM or no answer
+        (no VMM, or it is gone or going: its exit handler reports that). Never raises."""
+        from ch_launcher.ch.api import ChApiError
+
+        vmm = self._host.current
+        if vmm is None or vmm.poll() is not None or self._vm.state not in _ALIVE:
+            return None
+        try:
+            info = await self._api(vmm.client.info)
+        except ChApiError as e:
+            log.info("re-reading the VM's state: %s", e)
+            return None
+        return info.state
+
+    def _believe(self, ch_state: str | None) -> None:
+        """Take the VMM's state over what we remembered when they differ (an event was lost, or
+        a call's answer was): Running or Paused; a panicked guest still runs for CH, and the
+        other states are its exit's to report."""
+        vm = self._vm
+        observed = {"Running": VmState.RUNNING, "Paused": VmState.PAUSED}.get(ch_state or "")
+        if observed is None or vm.state not in (VmState.RUNNING, VmState.PAUSED) or observed is vm.state:
+            return
+        log.warning("the VMM says the VM is %s, the launcher thought %s (a lost event or answer): "
+                    "taking the VMM's word", ch_state, vm.state.value)
+        if observed is VmState.RUNNING:
+            vm.user_paused = False  # whoever resumed it, it is not paused any more
+        self._set_state(observed, force=True)
 
     async def _stop_vmm(self) -> None:
         vmm = self._host.current

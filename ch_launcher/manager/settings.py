@@ -59,6 +59,7 @@ class ManagerSettings:
     boot_timeout: float = 60.0            # PUT vm.boot (a large VM with prefault can take long)
     prepare_timeout: float = 120.0
     stop_timeout: float = 3.0             # each stage of vmm.shutdown -> SIGTERM -> SIGKILL
+    api_timeout: float = 5.0              # any other REST call (vm.pause, vm.info, ...)
     vmm_env: Mapping[str, str] | None = None  # None: the launcher's own environment
 
     def launcher_env(self, pod: PodFacts | None = None) -> LauncherEnv:

@@ -59,6 +59,7 @@ class VmmHost:
         def spawn() -> VmmProcess:
             vmm = VmmProcess.spawn(self.settings.ch_binary, api_socket=api_socket, event_monitor=events,
                                    log_file=log_file, env=self.settings.vmm_env)
+            vmm.client.timeout = self.settings.api_timeout
             self.spawned.append(vmm)  # known to close() even if the caller is cancelled now
             return vmm
 

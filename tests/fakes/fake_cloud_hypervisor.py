@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import heapq
 import json
+import math
 import os
 import selectors
 import signal
@@ -169,6 +170,21 @@ def env_seconds(name: str, default: float | None, allow_never: bool = False) -> 
     return value
 
 
+def parse_slow_endpoints(text: str) -> dict[str, float]:
+    """FAKE_CH_SLOW_ENDPOINT: `vm.pause=1.5[,vm.resume=2]` -> {endpoint: seconds}; exit 2 if bad."""
+    out: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        endpoint, _, seconds = item.partition("=")
+        try:
+            value = float(seconds)
+        except ValueError:
+            value = float("nan")
+        if not endpoint or not math.isfinite(value) or value < 0:
+            fail_start(f"FAKE_CH_SLOW_ENDPOINT={text!r}: expected endpoint=seconds[,...]", 2)
+        out[endpoint] = value
+    return out
+
+
 def fail_start(message: str, code: int = 1) -> None:
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
@@ -213,6 +229,11 @@ class FakeCloudHypervisor:
         self.event_fd: int | None = None
         self.request_log = os.environ.get("FAKE_CH_REQUEST_LOG")
         self.hang_endpoint = os.environ.get("FAKE_CH_HANG_ENDPOINT", "").strip()
+        self.dropped_events = {e.strip() for e in os.environ.get("FAKE_CH_DROP_EVENTS", "").split(",") if e.strip()}
+        self.slow_endpoints = parse_slow_endpoints(os.environ.get("FAKE_CH_SLOW_ENDPOINT", ""))
+        self.stalled = False  # a slow answer is pending: no other request is served meanwhile
+        self.exit_linger = env_seconds("FAKE_CH_EXIT_LINGER", 0.0)
+        self.lingering = False  # the VMM thread has stopped; the API thread still answers
         self.payload_limit = 4 << 20 if version[0] >= 54 else 51200
         self.acpi_delay = env_seconds("FAKE_CH_ACPI_DELAY", 0.2, allow_never=True)
         self.vcpu_removal_delay = env_seconds("FAKE_CH_VCPU_REMOVAL_DELAY", 0.1)
@@ -261,6 +282,9 @@ class FakeCloudHypervisor:
         self.log("INFO", f"event: {source}:{event} {properties or ''}")
         if self.event_fd is None:
             return
+        if f"{source}:{event}" in self.dropped_events:
+            self.log("WARN", f"event {source}:{event} not written (FAKE_CH_DROP_EVENTS)")
+            return
         data = (json.dumps(obj, indent=2, ensure_ascii=False) + "\n\n").encode()  # serde: raw UTF-8
         try:
             os.write(self.event_fd, data)
@@ -283,8 +307,28 @@ class FakeCloudHypervisor:
         self.serial.boot()
 
     def request_exit(self, code: int) -> None:
-        if self.exit_code is None:
-            self.exit_code = code
+        if self.exit_code is not None or self.lingering:
+            return
+        if self.exit_linger:
+            # The VMM thread is done; until the process exits, the API thread answers every
+            # request with the closed channel's error (as v53.0 does, for a moment).
+            self.lingering = True
+            self.log("INFO", f"exiting in {self.exit_linger} s (FAKE_CH_EXIT_LINGER)")
+            self.schedule(self.exit_linger, lambda: setattr(self, "exit_code", code))
+            return
+        self.exit_code = code
+
+    def stall(self, delay: float, answer: Callable[[], None]) -> None:
+        """Answer after `delay` s; no other request is served meanwhile (one at a time)."""
+        self.stalled = True
+
+        def done() -> None:
+            self.stalled = False
+            answer()
+            for conn in list(self.conns.values()):
+                conn.drain()
+
+        self.schedule(delay, done)
 
     # --- start-up -------------------------------------------------------------------------
 
@@ -442,6 +486,8 @@ class FakeCloudHypervisor:
             except ValueError as exc:
                 parsed, bad_json = body.decode("utf-8", errors="replace"), exc
         self.record(method, path, parsed)
+        if self.lingering:
+            return self.error(500, ["Error from API", "API request send error", "sending on a closed channel"])
         route = ROUTES.get(endpoint or "")
         if route is None or self.version[0] < route[2]:
             return self.error(404, ["Not Found"])
@@ -555,7 +601,8 @@ class Conn:
     def drain(self) -> None:
         if self.garbled:
             return self.garble()
-        while not self.closed and not self.server.hung and self.server.exit_code is None:
+        while (not self.closed and not self.server.hung and not self.server.stalled
+               and self.server.exit_code is None):
             head_end = self.buf.find(b"\r\n\r\n")
             if head_end < 0:
                 first = self.buf.split(b"\r\n", 1)[0]
@@ -597,6 +644,11 @@ class Conn:
             answer = self.server.handle(method, target, body)
             if answer is None:
                 return  # hung: never answered; the connection stays open
+            delay = self.server.slow_endpoints.get(target.split("?", 1)[0].rsplit("/", 1)[-1])
+            if delay and not self.server.lingering:
+                self.server.log("WARN", f"{target}: done, answering in {delay} s (FAKE_CH_SLOW_ENDPOINT)")
+                self.server.stall(delay, lambda answer=answer: self.send(answer))
+                return
             self.send(answer)
 
     def send(self, data: bytes) -> None:
