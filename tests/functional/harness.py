@@ -12,11 +12,13 @@ import asyncio
 import copy
 import json
 import os
+import re
 import shutil
 import signal
 import tempfile
+import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -25,6 +27,8 @@ from demo import (
     FAKE_CH, CmdClient, LauncherLayout, LauncherProcess, NotifyRecorder, container_disk_images, fake_firmware,
 )
 from tests import real_vmm
+from tests.contract.harness import SIMULATED_GUEST_SIGNALS
+from tests.guest.console import POWER_BUTTON_IGNORED, READY, GuestConsole
 
 if TYPE_CHECKING:
     from tests.functional.pod_sandbox import PodSandbox
@@ -101,12 +105,27 @@ class RealVmm:
         return cls(real_vmm.binary(), found, Path(image) if image else None, not own)
 
 
+# The endpoint -> the name cloud-hypervisor logs it under ("API request event: VmCreate", vmm/src/api/mod.rs@v53).
+_API_EVENT = re.compile(r"API request event: (\w+)")
+
+
+def _api_event_name(endpoint: str) -> str:
+    if endpoint == "vm.add-disk":
+        return "AddDisk"
+    prefix, _, action = endpoint.partition(".")
+    return prefix.capitalize() + "".join(part.capitalize() for part in action.split("-"))
+
+
 class Harness:
-    """One launcher, one VMI, and virt-handler's two sides."""
+    """One launcher, one VMI, and virt-handler's two sides.
+
+    `real`: the real cloud-hypervisor (else the simulated one). `ignores_acpi`: a guest that
+    ignores the power button (FAKE_CH_ACPI_DELAY=never; the tiny guest's `ignore-acpi` command
+    once it runs). Guest actions, on either VMM: `guest_does()`."""
 
     def __init__(self, *, vmi: dict[str, Any] | None = None, env: dict[str, str] | None = None,
                  grace_period_seconds: int = 45, qemu_timeout: str = "60s", notify: bool = True,
-                 real: RealVmm | None = None, pod: PodSandbox | None = None) -> None:
+                 real: RealVmm | None = None, pod: PodSandbox | None = None, ignores_acpi: bool = False) -> None:
         self.runner = asyncio.Runner()
         # In a pod sandbox the launcher runs as the compute container (uid 107, its own network
         # namespace): its directories are the pod's, under the sandbox's root.
@@ -115,7 +134,11 @@ class Harness:
         self.layout = LauncherLayout(self.root).create()
         self.vmi = vmi or make_vmi()
         self.request_log = self.root / "requests.jsonl"
+        self.real = real
+        self.ignores_acpi = ignores_acpi
         self.env = dict(os.environ)
+        if ignores_acpi:
+            self.env["FAKE_CH_ACPI_DELAY"] = "never"
         self.env.update({"FAKE_CH_REQUEST_LOG": str(self.request_log), **(env or {})})
         self.grace_period_seconds = grace_period_seconds
         self.qemu_timeout = qemu_timeout
@@ -156,15 +179,73 @@ class Harness:
 
     async def boot(self) -> None:
         """Start, Sync, and wait for the Running event (then the VMI is Running, as virt-handler
-        would record it)."""
+        would record it). With the tiny guest, also until it answers on its console (and, for
+        `ignores_acpi`, has been told to ignore the power button)."""
         await self.start()
         assert self.client is not None
         await self.client.sync(self.vmi)
         await self.recorder.wait_for_status("Running", timeout=15)
         self.vmi["status"]["phase"] = "Running"
+        if self.tiny_guest:
+            await self.guest_does("ignore-acpi" if self.ignores_acpi else "hello")
+
+    @property
+    def simulated(self) -> bool:
+        return self.real is None
+
+    @property
+    def tiny_guest(self) -> bool:
+        return self.real is not None and self.real.tiny_guest
+
+    @property
+    def boot_marker(self) -> bytes:
+        """What the guest prints on its console at every boot."""
+        return READY if self.tiny_guest else b"fake-guest login: "
+
+    @property
+    def console_socket(self) -> Path:
+        return self.layout.console_socket(self.vmi["metadata"]["uid"])
+
+    @property
+    def serial_log(self) -> Path:
+        return self.console_socket.parent / "virt-serial0-log"
+
+    @property
+    def vmm_log(self) -> Path:
+        return self.layout.private_dir / "ch" / "ch.log"
+
+    async def guest_does(self, action: str) -> None:
+        """The guest powers off, reboots, triple-faults, panics (tests/guest/console.py
+        COMMANDS; on the simulated VMM: SIMULATED_GUEST_SIGNALS). The tiny guest's command goes
+        through the launcher's console socket, displacing any other console client."""
+        if self.simulated:
+            self.signal_vmm(SIMULATED_GUEST_SIGNALS[action])
+            return
+
+        def command() -> None:
+            with GuestConsole(str(self.console_socket)) as guest:
+                guest.hello()
+                guest.command(action)
+
+        await asyncio.to_thread(command)
+
+    async def wait_for_ignored_power_buttons(self, count: int, timeout: float = 10.0) -> None:
+        """Until the guest has ignored `count` power-button presses: the tiny guest says so on
+        its console (hence in the serial log), the simulated VMM in its log."""
+        path, line = ((self.serial_log, POWER_BUTTON_IGNORED) if self.tiny_guest else
+                      (self.vmm_log, b"power button pressed: the guest ignores ACPI"))
+        await wait_for_file(path, lambda text: text.count(line) >= count, timeout,
+                            f"{count} ignored power-button presses")
 
     def requests(self, endpoint: str | None = None) -> list[dict[str, Any]]:
-        """The VMM's requests (FAKE_CH_REQUEST_LOG), optionally only those to `endpoint`."""
+        """The VMM's requests, optionally only those to `endpoint`: the simulated VMM's
+        FAKE_CH_REQUEST_LOG (with bodies); the real VMM's log lines `API request event: X` (no
+        bodies, and only the current VMM's: cloud-hypervisor truncates its log at start)."""
+        if self.real is not None:
+            text = self.vmm_log.read_text(errors="replace") if self.vmm_log.exists() else ""
+            names = _API_EVENT.findall(text)
+            wanted = None if endpoint is None else _api_event_name(endpoint)
+            return [{"event": n} for n in names if wanted is None or n == wanted]
         if not self.request_log.exists():
             return []
         entries = [json.loads(line) for line in self.request_log.read_text().splitlines() if line.strip()]
@@ -197,6 +278,18 @@ class Harness:
         finally:
             self.runner.close()
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+async def wait_for_file(path: Path, condition: Callable[[bytes], bool], timeout: float, what: str) -> bytes:
+    """The file's content once `condition` holds for it; AssertionError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = path.read_bytes() if path.exists() else b""
+        if condition(text):
+            return text
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} in {path} within {timeout} s; it ends with {text[-300:]!r}")
+        await asyncio.sleep(0.02)
 
 
 def kill_quietly(pid: int) -> None:
