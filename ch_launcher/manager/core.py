@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ch_launcher import lifecycle
+from ch_launcher.ch import versions
 from ch_launcher.ch.events import Event
 from ch_launcher.kubevirt.domain import GracePeriod, Reason, deleted_domain_view, domain_json, now_rfc3339
 from ch_launcher.kubevirt.log import log_subcomponent_line
@@ -336,6 +337,12 @@ class DomainManager(LiveChanges):
             await self._api(vmm.terminate, 1.0, 1.0)
             await self._vmm_gone(vmm)
             raise CommandFailed(f"cloud-hypervisor did not start: {e}") from None
+        refusal = versions.refusal(version)
+        if refusal is not None:
+            self._vm.killing = True
+            await self._api(vmm.terminate, 1.0, 1.0)
+            await self._vmm_gone(vmm)
+            raise CommandFailed(refusal)
         log.info("cloud-hypervisor %s is up (pid %d)", version, vmm.pid)
         self._bump()
         return vmm

@@ -3,7 +3,9 @@ real child process, and a stand-in for virt-handler on both channels.
 
 The VMM is the simulated one; stories marked `@BOTH_VMMS` also run on the real cloud-hypervisor
 (../shared/vmm or CH_BINARY) with the tiny guest of tests/guest/, which does on a console command
-what the simulated guest does on a signal (`Harness.guest_does`)."""
+what the simulated guest does on a signal (`Harness.guest_does`); there the launcher and the VMM
+run with the pod's privileges (uid 107, only NET_BIND_SERVICE, a network namespace of their own:
+the `pod` sandbox)."""
 
 from __future__ import annotations
 
@@ -16,13 +18,14 @@ import time
 import pytest
 
 from tests.functional.harness import Harness, RealVmm, make_vmi, wait_for_file
+from tests.functional.pod_sandbox import capabilities
 
-BOTH_VMMS = pytest.mark.parametrize("vmm", ["simulated", pytest.param("real", marks=pytest.mark.real_vmm)],
+BOTH_VMMS = pytest.mark.parametrize("story_vmm", ["simulated", pytest.param("real", marks=pytest.mark.real_vmm)],
                                     indirect=True)
 
 
 @pytest.fixture
-def vmm(request):
+def story_vmm(request):
     """The VMM the story runs on: None for the simulated one (the default), else the real one."""
     if getattr(request, "param", "simulated") == "simulated":
         return None
@@ -32,20 +35,27 @@ def vmm(request):
     return real
 
 
+def _harness(request, real, **kwargs):
+    """On the real VMM the launcher runs as the pod's compute container does: uid 107 with only
+    NET_BIND_SERVICE, in its own network namespace (tests/functional/pod_sandbox.py)."""
+    pod = request.getfixturevalue("pod") if real is not None else None
+    return Harness(real=real, pod=pod, **kwargs)
+
+
 @pytest.fixture
-def vh(vmm):
-    h = Harness(real=vmm)
+def vh(request, story_vmm):
+    h = _harness(request, story_vmm)
     yield h
     h.close()
 
 
 @pytest.fixture
-def new_harness(vmm):
+def new_harness(request, story_vmm):
     """A factory of Harnesses for stories that need their own settings; each is closed afterwards."""
     made = []
 
     def new(**kwargs):
-        made.append(Harness(real=vmm, **kwargs))
+        made.append(_harness(request, story_vmm, **kwargs))
         return made[-1]
 
     yield new
@@ -73,6 +83,10 @@ def test_first_sync_boots_the_vm_and_virt_handler_hears_it_running(vh):
         assert [d["Alias"]["Name"] for d in domain["Spec"]["Devices"]["Disks"]] == [
             "containerdisk", "scratch", "cloudinitdisk"]
         assert len(vh.requests("vm.create")) == 1 and len(vh.requests("vm.boot")) == 1
+        if vh.pod is not None:  # the real VMM ran as the pod's compute container runs it
+            vmm = vh.vmm_pid()
+            assert os.stat(f"/proc/{vmm}").st_uid == 107 and capabilities(vmm)["CapEff"] == 0
+            assert capabilities(vh.launcher.pid)["CapEff"] == 1 << 10  # only CAP_NET_BIND_SERVICE
 
     vh.run(story())
 
@@ -512,6 +526,23 @@ def test_a_vmm_that_cannot_start_fails_the_sync_with_the_reason(new_harness):
         assert not reply.success
         assert "cloud-hypervisor" in reply.message and "code 3" in reply.message
         assert (await h.client.call("Ping")).success
+
+    h.run(story())
+
+
+@pytest.mark.parametrize("version", ["52.0.0", "54.0.0"])
+def test_a_vmm_of_an_unsupported_version_is_refused_naming_both_versions(new_harness, version):
+    h = new_harness(env={"FAKE_CH_VERSION": version})
+
+    async def story():
+        await h.start()
+        reply = await h.client.sync(h.vmi, check=False)
+        assert not reply.success
+        assert reply.message == (f"cloud-hypervisor {version} is not supported: this ch-launcher drives "
+                                 "cloud-hypervisor >= 53.0.0, < 54.0.0")
+        assert h.requests("vm.create") == [] and h.launcher.children() == []
+        assert (await h.client.call("Ping")).success  # the launcher stays up and says it again
+        assert f"cloud-hypervisor {version} is not supported" in h.log_text()  # already at start
 
     h.run(story())
 
