@@ -16,7 +16,8 @@ import pytest
 
 from ch_launcher.ch.api import Conflict, InternalError, InvalidRequest
 from tests.conftest import OPENAPI_SPEC, require_shared
-from tests.contract.harness import FAKE, Vmm
+from tests import real_vmm
+from tests.contract.harness import FAKE, Vmm, real_backend
 
 
 def _disk(vmm: Vmm, name: str, data: bytes = b"") -> str:
@@ -244,3 +245,38 @@ def test_request_log_records_what_the_vmm_received(start: Callable[..., Vmm], sd
     lines = [json.loads(line) for line in open(log_path)]
     assert {"method": "PUT", "path": "/api/v1/vm.create", "body": cfg} in lines
     assert {"method": "PUT", "path": "/api/v1/vm.boot", "body": None} in lines
+
+
+def _shape(value: Any) -> Any:
+    """The keys and types of a stored config, paths and MACs left out (they differ by design)."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items() if k not in ("path", "socket", "file", "firmware", "mac")}
+    if isinstance(value, list):
+        return [_shape(v) for v in value]
+    return type(value).__name__
+
+
+@pytest.mark.real_vmm
+def test_vm_info_shows_the_config_with_the_real_vmms_serde_defaults(start: Callable[..., Vmm], sdir: str) -> None:
+    # The same VmConfig on both VMMs: vm.info shows the same keys, defaults and types, and a NIC
+    # without a MAC gets a random locally administered one at vm.create.
+    reason = real_vmm.unavailable()
+    if reason:
+        pytest.skip(f"real cloud-hypervisor: {reason}")
+    configs = {}
+    for backend in (FAKE, real_backend()):
+        vmm = start(backend)
+        disk = os.path.join(sdir, f"{backend.name}.img")
+        with open(disk, "wb") as f:
+            f.truncate(1 << 20)
+        vmm.client.create(vmm.config(
+            disks=[{"path": disk}], net=[{"tap": "tap0"}], rng={"src": "/dev/urandom"}, pvpanic=True,
+            balloon={"size": 1 << 20}, vsock={"cid": 3, "socket": os.path.join(sdir, f"{backend.name}.vsock")},
+            fs=[{"tag": "t", "socket": os.path.join(sdir, "fs.sock")}], platform={"num_pci_segments": 1}))
+        configs[backend.name] = vmm.client.info().config
+    assert _shape(configs["fake"]) == _shape(configs["real"])
+    for config in configs.values():
+        mac = config["net"][0]["mac"]
+        assert int(mac.split(":")[0], 16) & 0x03 == 0x02, mac  # locally administered, unicast
+    assert configs["fake"]["cpus"] == configs["real"]["cpus"]
+    assert configs["fake"]["debug_console"] == configs["real"]["debug_console"]

@@ -23,25 +23,44 @@ MIN_MTU = 1280
 VIRTIO_BLK_ID_BYTES = 20
 SPECIAL_VSOCK_CIDS = (0, 1, 2, 0xFFFFFFFF)
 
-# serde defaults of the stored config (vmm/src/vm_config.rs@v53.0), shown by vm.info.
+# serde defaults of the stored config (vmm/src/vm_config.rs@v53.0), shown by vm.info, as the real
+# v53.0 shows them (../shared/vmm; tests/contract/test_boot_checks.py compares the two). A false
+# `iommu` is not serialised; every PCI device has its `pci_segment`.
 DEFAULTS: dict[str, Any] = {
-    "cpus": {"boot_vcpus": 1, "max_vcpus": 1, "kvm_hyperv": False, "max_phys_bits": 46, "nested": True},
-    "memory": {"size": 512 << 20, "mergeable": False, "shared": False, "hugepages": False,
-               "prefault": False, "thp": True, "hotplug_method": "Acpi"},
-    "rng": {"src": "/dev/urandom", "iommu": False},
+    "cpus": {"boot_vcpus": 1, "max_vcpus": 1, "kvm_hyperv": False, "max_phys_bits": 46,
+             "features": {"amx": False}, "nested": True, "core_scheduling": "Vm", "profile": "Host"},
+    "memory": {"size": 512 << 20, "mergeable": False, "hotplug_method": "Acpi", "shared": False,
+               "hugepages": False, "prefault": False, "reserve": False, "thp": True},
+    "rng": {"pci_segment": 0, "src": "/dev/urandom"},
     "serial": {"mode": "Null"},
-    "console": {"mode": "Tty", "iommu": False},
-    "iommu": False, "watchdog": False, "pvpanic": False,
+    "console": {"mode": "Tty", "pci_segment": 0},
+    "debug_console": {"mode": "Off", "iobase": 0xE9},
+    "iommu": False, "watchdog": False, "pvpanic": False, "landlock_enable": False,
+}  # fmt: skip
+# Defaults of optional sections, filled in only when the section is given.
+SECTION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "balloon": {"pci_segment": 0, "deflate_on_oom": False, "free_page_reporting": False},
+    "vsock": {"pci_segment": 0},
+    "platform": {"iommu_address_width_bits": 64, "iommufd": False, "vfio_p2p_dma": True},
 }  # fmt: skip
 ITEM_DEFAULTS: dict[str, dict[str, Any]] = {
-    "disks": {"readonly": False, "direct": False, "iommu": False, "num_queues": 1, "queue_size": 128,
-              "vhost_user": False, "backing_files": False, "sparse": True, "pci_segment": 0},
-    "net": {"num_queues": 2, "queue_size": 256, "vhost_user": False, "vhost_mode": "Client", "iommu": False,
-            "offload_tso": True, "offload_ufo": True, "offload_csum": True, "pci_segment": 0},
-    "fs": {"num_queues": 1, "queue_size": 1024, "pci_segment": 0},
-    "pmem": {"discard_writes": False, "iommu": False, "pci_segment": 0},
-    "devices": {"iommu": False, "pci_segment": 0},
+    "disks": {"pci_segment": 0, "readonly": False, "direct": False, "num_queues": 1, "queue_size": 128,
+              "vhost_user": False, "disable_io_uring": False, "disable_aio": False, "backing_files": False,
+              "sparse": True, "image_type": "Unknown", "lock_granularity": "ByteRange"},
+    "net": {"pci_segment": 0, "num_queues": 2, "queue_size": 256, "vhost_user": False, "vhost_mode": "Client",
+            "offload_tso": True, "offload_ufo": True, "offload_csum": True},
+    "fs": {"pci_segment": 0, "num_queues": 1, "queue_size": 1024},
+    "pmem": {"pci_segment": 0, "discard_writes": False},
+    "devices": {"pci_segment": 0, "x_exclude_mmap_bars": []},
 }  # fmt: skip
+
+
+def random_mac() -> str:
+    """A NetConfig without `mac` gets a random locally administered unicast one at vm.create
+    (MacAddr::local_random, as the real v53.0 shows in vm.info)."""
+    octets = bytearray(os.urandom(6))
+    octets[0] = (octets[0] & 0xFE) | 0x02
+    return ":".join(f"{b:02x}" for b in octets)
 
 
 class ConfigInvalid(Exception):
@@ -77,9 +96,15 @@ def with_defaults(config: dict[str, Any]) -> dict[str, Any]:
                 out[key] = {**default, **out[key]}
         elif key not in out:
             out[key] = default
+    for key, default in SECTION_DEFAULTS.items():
+        if isinstance(out.get(key), dict):
+            out[key] = {**default, **out[key]}
     for key, default in ITEM_DEFAULTS.items():
         if isinstance(out.get(key), list):
-            out[key] = [{**default, **item} if isinstance(item, dict) else item for item in out[key]]
+            out[key] = [{**copy.deepcopy(default), **item} if isinstance(item, dict) else item for item in out[key]]
+    for net in out.get("net") or []:
+        if isinstance(net, dict) and not net.get("mac"):
+            net["mac"] = random_mac()
     return out
 
 
