@@ -236,6 +236,7 @@ def test_guest_poweroff_with_no_shutdown_leaves_a_created_vm_that_boots_again(
     vmm = start(guest_backend, no_shutdown=True)
     vmm.client.create(vmm.guest_config())
     vmm.client.boot()
+    vmm.events.wait_for("vm:booted", after_mark=False)  # the real VMM may write it after answering
     vmm.events.set_mark()
     vmm.guest_does("poweroff")
     vmm.events.wait_for("vm:shutdown")
@@ -262,6 +263,7 @@ def test_power_button_makes_the_simulated_guest_power_off_after_the_acpi_delay(s
     vmm = start(FAKE, no_shutdown=True, env={"FAKE_CH_ACPI_DELAY": "0.3"})
     vmm.client.create(vmm.config())
     vmm.client.boot()
+    vmm.events.wait_for("vm:booted", after_mark=False)  # the real VMM may write it after answering
     vmm.events.set_mark()
     vmm.client.power_button()
     assert vmm.client.info().state == "Running"  # the guest takes its time
@@ -311,6 +313,7 @@ def test_guest_reboot_rebuilds_the_vm_in_process(guest_backend: Backend, start: 
     vmm = start(guest_backend)
     vmm.client.create(vmm.guest_config())
     vmm.client.boot()
+    vmm.events.wait_for("vm:booted", after_mark=False)  # the real VMM may write it after answering
     vmm.events.set_mark()
     vmm.guest_does(how)
     vmm.events.wait_for("vm:rebooted")

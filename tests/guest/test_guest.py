@@ -140,6 +140,7 @@ def test_poweroff_on_command_ends_the_vmm(new_guest):
 def test_a_reboot_or_a_triple_fault_resets_the_vm_in_process_and_it_boots_again(new_guest, how):
     g = new_guest()
     g.console.hello()
+    g.events.wait_for("vm:booted", after_mark=False)  # written by CH's own thread, maybe late
     g.events.set_mark()
     g.console.command(how)
     g.events.wait_for("vm:rebooted")
@@ -191,5 +192,6 @@ def test_the_marker_is_printed_at_every_boot(new_guest):
     g = new_guest()
     g.console.wait_ready()
     g.console.command("reboot")
+    g.events.wait_for("vm:rebooted", after_mark=False)  # then CH has a new serial socket
     g.console.reconnect()
-    assert READY in g.console.read_until(READY)
+    assert READY in g.console.read_until(READY)  # CH kept what the guest printed meanwhile
