@@ -18,7 +18,7 @@ import time
 import pytest
 
 from tests.functional.harness import Harness, RealVmm, make_vmi, wait_for_file
-from tests.functional.pod_sandbox import capabilities
+from tests.functional.pod_probes import capabilities
 
 BOTH_VMMS = pytest.mark.parametrize("story_vmm", ["simulated", pytest.param("real", marks=pytest.mark.real_vmm)],
                                     indirect=True)
