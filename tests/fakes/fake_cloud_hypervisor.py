@@ -29,6 +29,7 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import fakech_checks as checks  # noqa: E402
+from fakech_migration import thread_call  # noqa: E402
 from fakech_serial import SerialPort  # noqa: E402
 from fakech_vm import ApiFailure, HttpFailure, Vmm  # noqa: E402
 
@@ -223,6 +224,8 @@ class FakeCloudHypervisor:
         self.exit_code: int | None = None
         self.pending_signals: list[str] = []  # guest/VMM actions, run by the main loop
         self.hung = False
+        self.api_held = False  # a blocking call (vm.receive-migration) is in progress: serve nothing else
+        self.posted: list[Callable[[], None]] = []  # work handed to the main loop by other threads
         self.listener: socket.socket | None = None
         self.conns: dict[int, Conn] = {}
         self.log_fd = 2
@@ -330,6 +333,45 @@ class FakeCloudHypervisor:
 
         self.schedule(delay, done)
 
+    @property
+    def seccomp_kills(self) -> bool:
+        return self.opts.seccomp == "true"
+
+    def fatal_signal(self, stderr: str) -> None:
+        """Killed by the kernel (SIGSYS): no clean-up, no exit code of our own."""
+        sys.stderr.write(stderr + "\n")
+        sys.stderr.flush()
+        signal.signal(signal.SIGSYS, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGSYS)
+
+    def fatal_exit(self, code: int, stderr: str) -> None:
+        sys.stderr.write(stderr + "\n")
+        sys.stderr.flush()
+        self.request_exit(code)
+
+    def post(self, fn: Callable[[], None]) -> None:
+        """Thread-safe: run `fn` on the main loop soon."""
+        self.posted.append(fn)
+        try:
+            os.write(self.wake_fd, b"p")
+        except OSError:
+            pass
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """From another thread: run `fn` on the main loop and return its result."""
+        return thread_call(self.post, fn)
+
+    def defer(self) -> Deferred:
+        return Deferred(self)
+
+    def hold_api(self) -> None:
+        self.api_held = True
+
+    def release_api(self) -> None:
+        self.api_held = False
+        for conn in list(self.conns.values()):
+            conn.drain()
+
     # --- start-up -------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -361,6 +403,8 @@ class FakeCloudHypervisor:
         rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
         self.sel.register(rfd, selectors.EVENT_READ, lambda _: os.read(rfd, 512))
+        prfd, self.wake_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.sel.register(prfd, selectors.EVENT_READ, lambda _: self.run_posted(prfd))
         check_hypervisor()
         self.event("vmm", "starting")
         delay = env_seconds("FAKE_CH_START_DELAY", 0.0)
@@ -432,12 +476,23 @@ class FakeCloudHypervisor:
         self.cleanup()
         return self.exit_code
 
+    def run_posted(self, fd: int) -> None:
+        try:
+            os.read(fd, 4096)
+        except OSError:
+            pass
+        while self.posted and self.exit_code is None:
+            self.posted.pop(0)()
+
     def process_signals(self) -> None:
-        while self.pending_signals:
+        # A VMM receiving a migration acts on nothing until the receive ends (its VMM thread is
+        # inside vm_receive_migration); signals wait.
+        while self.pending_signals and not self.vmm.migrations.receiving:
             action = self.pending_signals.pop(0)
             self.log("INFO", f"signal: {action}")
             if action == "exit":
-                self.vmm.shutdown_vmm()
+                if self.vmm.migrations.exit_requested():
+                    self.vmm.shutdown_vmm()
             else:
                 self.vmm.guest(action)
 
@@ -520,7 +575,10 @@ class FakeCloudHypervisor:
             self.hung = True
             return None
         try:
-            status, payload = self.vmm.handle(endpoint, parsed if body_rule == "required" else None)
+            result = self.vmm.handle(endpoint, parsed if body_rule == "required" else None)
+            if isinstance(result, Deferred):
+                return result  # answered later (vm.receive-migration); the API is held meanwhile
+            status, payload = result
         except ApiFailure as exc:
             self.log("ERROR", f"{endpoint}: {exc.chain}")
             return self.error(self.vmm.error_status(exc.kind), exc.chain)
@@ -576,6 +634,28 @@ def serde_message(exc: ValueError) -> str:
     return f"{msg[:1].lower()}{msg[1:]} at line {line} column {col}"
 
 
+class Deferred:
+    """An answer given later, on the main loop: `resolve(status, payload)` sends it on the
+    connection that asked (if still open) and lets the held API serve again."""
+
+    def __init__(self, server: FakeCloudHypervisor) -> None:
+        self.server = server
+        self.conn: Conn | None = None
+
+    def resolve(self, status: int, payload: Any) -> None:
+        server = self.server
+        if status == 204:
+            data = server.response(204, None)
+        elif status >= 400:
+            data = server.error(status, payload)
+        else:
+            data = server.response(status, compact(payload))
+        conn, self.conn = self.conn, None
+        if conn is not None and not conn.closed:
+            conn.waiting = None
+            conn.send(data)
+
+
 class Conn:
     """One client connection: buffers bytes, parses requests by Content-Length, one at a time."""
 
@@ -584,6 +664,7 @@ class Conn:
         self.buf = bytearray()
         self.closed = False
         self.garbled = False  # after an oversized body: out of step for good (garble)
+        self.waiting: Deferred | None = None
 
     def readable(self, _: Any) -> None:
         try:
@@ -602,6 +683,7 @@ class Conn:
         if self.garbled:
             return self.garble()
         while (not self.closed and not self.server.hung and not self.server.stalled
+               and not self.server.api_held and self.waiting is None
                and self.server.exit_code is None):
             head_end = self.buf.find(b"\r\n\r\n")
             if head_end < 0:
@@ -644,6 +726,9 @@ class Conn:
             answer = self.server.handle(method, target, body)
             if answer is None:
                 return  # hung: never answered; the connection stays open
+            if isinstance(answer, Deferred):
+                answer.conn, self.waiting = self, answer
+                return
             delay = self.server.slow_endpoints.get(target.split("?", 1)[0].rsplit("/", 1)[-1])
             if delay and not self.server.lingering:
                 self.server.log("WARN", f"{target}: done, answering in {delay} s (FAKE_CH_SLOW_ENDPOINT)")

@@ -19,6 +19,7 @@ import time
 from typing import Any, Callable, Protocol
 
 import fakech_checks as checks
+from fakech_migration import Migrations
 
 # ApiError Display strings (vmm/src/api/mod.rs@v53.0): the second element of every error chain.
 ACTION = {
@@ -48,10 +49,12 @@ ACTION = {
     "vm.add-vdpa": "The vDPA device could not be added to the VM",
     "vm.add-vsock": "The vsock device could not be added to the VM",
     "vm.receive-migration": "Error receiving migration",
-    "vm.send-migration": "Error sending migration",
     "vm.power-button": "Error triggering power button",
     "vm.nmi": "Error triggering NMI",
 }
+
+# ApiError::VmSendMigration's Display: v53 and later, v52 and earlier (vmm/src/api/mod.rs).
+SEND_MIGRATION_ACTION = ("Error dispatching the migration worker", "Error starting migration sender")
 
 # vm.add-* endpoint -> (VmConfig key, is a list, generated-id prefix)
 ADDERS = {
@@ -103,6 +106,11 @@ class Host(Protocol):
     def serial_stop(self) -> None: ...
     def serial_boot(self) -> None: ...
     def request_exit(self, code: int) -> None: ...
+    def fatal_exit(self, code: int, stderr: str) -> None: ...
+    def call(self, fn: Callable[[], Any]) -> Any: ...  # from another thread: run on the main loop, wait
+    def defer(self) -> Any: ...  # an answer given later (`resolve(status, payload)`)
+    def hold_api(self) -> None: ...  # stop serving requests (a blocking call is in progress)
+    def release_api(self) -> None: ...
 
 
 class ApiFailure(Exception):
@@ -178,6 +186,7 @@ class Vmm:
         self.id_counter = 0
         self.next_slot = 1
         self.exiting = False
+        self.migrations = Migrations(self)
 
     # --- errors ---------------------------------------------------------------------------
 
@@ -194,7 +203,14 @@ class Vmm:
         return 500
 
     def fail(self, endpoint: str, *chain: str, kind: str = "other") -> ApiFailure:
-        return ApiFailure(endpoint, ["Error from API", ACTION.get(endpoint, endpoint), *chain], kind)
+        action = ACTION.get(endpoint, endpoint)
+        if endpoint == "vm.send-migration":  # the sender became a worker thread in v53
+            action = SEND_MIGRATION_ACTION[0] if self.host.version[0] >= 53 else SEND_MIGRATION_ACTION[1]
+        return ApiFailure(endpoint, ["Error from API", action, *chain], kind)
+
+    @staticmethod
+    def http(status: int, *chain: str) -> HttpFailure:
+        return HttpFailure(status, list(chain))
 
     @property
     def state(self) -> str:
@@ -206,6 +222,9 @@ class Vmm:
 
     def handle(self, endpoint: str, body: Any) -> tuple[int, Any]:
         """Runs one API action; returns (status, JSON-able body or None). Raises ApiFailure."""
+        answer = self.migrations.guard(endpoint)  # a VM owned by a migration worker answers differently
+        if answer is not None:
+            return answer
         fn = getattr(self, "api_" + endpoint.replace(".", "_").replace("-", "_"), None)
         if fn is None and endpoint in ADDERS:
             return self.add_device(endpoint, body)
@@ -760,14 +779,10 @@ class Vmm:
         return 204, None
 
     def api_vm_send_migration(self, body: Any) -> tuple[int, Any]:
-        if self.vm is None:
-            raise self.fail("vm.send-migration", "VM is not running")
-        raise self.fail("vm.send-migration", "Migration is not supported by the simulated VMM")
+        return self.migrations.send(body)
 
-    def api_vm_receive_migration(self, body: Any) -> tuple[int, Any]:
-        if self.vm is not None:
-            raise self.fail("vm.receive-migration", "Can't receive a migration when a VM is already created")
-        raise self.fail("vm.receive-migration", "Migration is not supported by the simulated VMM")
+    def api_vm_receive_migration(self, body: Any) -> Any:
+        return self.migrations.receive(body)
 
 
 def _connect_tpm(path: str) -> Any:
