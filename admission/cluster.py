@@ -87,7 +87,7 @@ def workload_update_warning(status: KubeVirtStatus | None) -> str | None:
     virt-controller labels every VMI whose launcher image is not its own
     `kubevirt.io/outdatedLauncherImage`, so a CH VMI is always "outdated"; with `Evict` the
     workload updater evicts it in batches (a restart loop for `runStrategy: Always`), with
-    `LiveMigrate` it keeps creating migrations that fail (kubevirt pkg/virt-controller/watch/
+    `LiveMigrate` it keeps migrating it (kubevirt pkg/virt-controller/watch/
     workload-updater/workload-updater.go@d923fdb815cd; docs/operations.md §7).
     """
     if status is None:
@@ -96,6 +96,6 @@ def workload_update_warning(status: KubeVirtStatus | None) -> str | None:
         return ("KubeVirt's workloadUpdateMethods include Evict: Cloud Hypervisor VMIs always look outdated "
                 "and get evicted (docs/operations.md §7)")
     if "LiveMigrate" in status.update_methods:
-        return ("KubeVirt's workloadUpdateMethods include LiveMigrate: expect failed update migrations "
-                "of Cloud Hypervisor VMIs (docs/operations.md §7)")
+        return ("KubeVirt's workloadUpdateMethods include LiveMigrate: Cloud Hypervisor VMIs always look outdated "
+                "and get migrated again and again (docs/operations.md §7)")
     return None

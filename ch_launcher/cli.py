@@ -28,7 +28,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ch_launcher.kubevirt import paths
 
@@ -236,7 +236,7 @@ async def run(settings: Settings) -> int:
     try:
         await server.start()
         await manager.start()  # imports what Sync needs and starts the VMM, in the background
-        code = await supervise(manager, settings, stop, early_exit)
+        code = await _until_early_exit(supervise(manager, settings, stop, early_exit), early_exit)
     except Exception:
         log.exception("ch-launcher failed")
         code = 1
@@ -247,6 +247,23 @@ async def run(settings: Settings) -> int:
         await server.stop(grace=0.5)
     log.info("Exiting...")
     return code
+
+
+async def _until_early_exit(work: Any, early_exit: asyncio.Event) -> int:
+    """`work`'s status, unless virt-handler's SignalTargetPodCleanup comes first (in any phase:
+    the Go launcher checks `ReceivedEarlyExitSignal` while it waits for the domain and in its
+    process monitor): then exit at once with EXIT_TIMEOUT, as virt-launcher's panic does."""
+    task = asyncio.ensure_future(work)
+    signalled = asyncio.ensure_future(early_exit.wait())
+    await asyncio.wait({task, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        signalled.cancel()
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    log.error("received early exit signal")
+    return EXIT_TIMEOUT
 
 
 def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:

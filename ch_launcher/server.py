@@ -12,8 +12,9 @@ UnpauseVirtualMachine, ShutdownVirtualMachine, KillVirtualMachine, DeleteVirtual
 ResetVirtualMachine, SoftRebootVirtualMachine, SyncVirtualMachineCPUs, SyncVirtualMachineMemory,
 GetDomainStats, GetFilesystems ("[]"),
 GetGuestInfo ("{}"), GetUsers ("[]"), GetQemuVersion ("cloud-hypervisor <version>"),
-SignalTargetPodCleanup. Every other RPC answers `success=false` naming the RPC and why
-(`NOT_SERVED`).
+MigrateVirtualMachine, CancelVirtualMachineMigration, SyncMigrationTarget,
+FinalizeVirtualMachineMigration (docs/migration.md), SignalTargetPodCleanup. Every other RPC
+answers `success=false` naming the RPC and why (`NOT_SERVED`).
 
 Readiness (§7.1): listen on `<share-dir>/sockets/launcher-init-sock` (a stale file is removed
 first), answer our own Ping, then rename the socket to `launcher-sock`. The listening socket is
@@ -53,7 +54,6 @@ SHORT, LONG = 5.0, 20.0  # virt-handler's shortTimeout / longTimeout (cmd-client
 
 _BACKEND = "the Cloud Hypervisor backend"
 _NO_AGENT = "Cloud Hypervisor has no QEMU guest agent channel, so there is no guest agent to ask"
-_NO_MIGRATION = f"live migration is not supported by {_BACKEND} yet"
 _NO_SEV = f"AMD SEV is not supported by {_BACKEND}"
 _NO_BACKUP = f"backups (changed block tracking) are not supported by {_BACKEND}"
 
@@ -62,10 +62,6 @@ _NO_BACKUP = f"backups (changed block tracking) are not supported by {_BACKEND}"
 NOT_SERVED: dict[str, tuple[type, str]] = {
     "FreezeVirtualMachine": (pb.Response, f"filesystem freeze needs a guest agent; {_NO_AGENT}"),
     "UnfreezeVirtualMachine": (pb.Response, f"filesystem thaw needs a guest agent; {_NO_AGENT}"),
-    "MigrateVirtualMachine": (pb.Response, _NO_MIGRATION),
-    "SyncMigrationTarget": (pb.Response, _NO_MIGRATION),
-    "CancelVirtualMachineMigration": (pb.Response, _NO_MIGRATION),
-    "FinalizeVirtualMachineMigration": (pb.Response, _NO_MIGRATION),
     "HotplugHostDevices": (pb.Response, f"host devices (VFIO, SR-IOV) are not supported by {_BACKEND}"),
     "VirtualMachineMemoryDump": (pb.Response, "memory dumps are not supported: Cloud Hypervisor's vm.coredump "
                                               "exists only in guest_debug builds"),
@@ -228,9 +224,37 @@ class CmdServicer(cmd_grpc.CmdServicer):
                 "GetQemuVersion: the Cloud Hypervisor version is not known yet: no VMM has answered"))
         return pb.QemuVersionResponse(response=pb.Response(success=True), version=f"cloud-hypervisor {version}")
 
+    async def _migration(self, rpc: str, request: Any, context: Any, call: Callable[..., Any]) -> pb.Response:
+        try:
+            vmi = decode_vmi(request.vmi.vmiJson)
+            done = await call(vmi, budget(context, LONG))
+        except CommandFailed as e:
+            log.warning("%s failed: %s", rpc, e)
+            return failure(f"{rpc}: {e}")  # named, as virt-handler logs it with its warning event
+        log.info("%s: %s", rpc, done)
+        return pb.Response(success=True)
+
+    async def MigrateVirtualMachine(self, request, context):  # noqa: N802
+        return await self._migration("MigrateVirtualMachine", request, context,
+                                     lambda vmi, b: self._manager.migrate(vmi, request.options, budget=b))
+
+    async def CancelVirtualMachineMigration(self, request, context):  # noqa: N802
+        return await self._migration("CancelVirtualMachineMigration", request, context,
+                                     lambda vmi, b: self._manager.cancel_migration(vmi, budget=b))
+
+    async def SyncMigrationTarget(self, request, context):  # noqa: N802
+        return await self._migration(
+            "SyncMigrationTarget", request, context,
+            lambda vmi, b: self._manager.prepare_migration_target(vmi, launcher_options(request.options), budget=b))
+
+    async def FinalizeVirtualMachineMigration(self, request, context):  # noqa: N802
+        methods = {name: entry.Method for name, entry in request.options.interfaceMigration.items()}
+        return await self._migration("FinalizeVirtualMachineMigration", request, context,
+                                     lambda vmi, b: self._manager.finalize_migration(vmi, methods, budget=b))
+
     async def SignalTargetPodCleanup(self, request, context):  # noqa: N802
-        # Meant for a migration target pod; this backend never is one, but honour the contract:
-        # if POD_NAME is the VMI's migration target pod, the launcher exits early.
+        # For a migration target pod (kubevirt cmd-server/server.go@d923fdb815cd): when POD_NAME is
+        # the VMI's migration target pod, the launcher exits early (its VMM with it), in any phase.
         try:
             vmi = decode_vmi(request.vmi.vmiJson)
         except CommandFailed as e:

@@ -244,14 +244,26 @@ def _block(disk: DomainDisk, counters: Mapping[str, Any]) -> dict[str, Any]:
     return entry
 
 
+NO_MIGRATION_JOB: Mapping[str, Any] = {
+    "DataTotalSet": False, "DataTotal": 0, "DataProcessedSet": False, "DataProcessed": 0,
+    "MemoryBpsSet": False, "MemoryBps": 0, "DataRemainingSet": False, "DataRemaining": 0,
+    "MemDirtyRateSet": False, "MemDirtyRate": 0,
+}
+
+
 def domain_stats(*, name: str, uuid: str, counters: Mapping[str, Any] | None, vmm_pid: int | None,
                  disks: Iterable[DomainDisk], interfaces: Iterable[DomainInterface], vcpus: int,
-                 memory_bytes: int, proc_root: str = "/proc", host_cpus: int | None = None) -> dict[str, Any]:
+                 memory_bytes: int, proc_root: str = "/proc", host_cpus: int | None = None,
+                 migration: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The `stats.DomainStats` object for GetDomainStats (serialise with json.dumps).
 
     `name` is the domain name (`<namespace>_<name>`, as `Spec.Name`); `counters` is CH's
     `vm.counters` answer (None when CH has no running VM); `vmm_pid` the VMM process (None when
-    gone). `proc_root` and `host_cpus` exist for tests. Never raises for missing or malformed
+    gone). `migration` is the `MigrateDomainJobInfo` of a migration in progress; without one the
+    object is all zeros, never null: virt-handler's migration-stats collector dereferences it
+    (kubevirt pkg/monitoring/metrics/virt-handler/migrationdomainstats/queue.go@d923fdb815cd, as
+    the Go launcher's `domainInfoStats` starts as an empty DomainJobInfo).
+    `proc_root` and `host_cpus` exist for tests. Never raises for missing or malformed
     sources; raises ValueError for an empty `name`.
     """
     if not name:
@@ -265,7 +277,7 @@ def domain_stats(*, name: str, uuid: str, counters: Mapping[str, Any] | None, vm
         "UUID": uuid,
         "Cpu": _cpu(proc_root, vmm_pid),
         "Memory": _memory(proc_root, vmm_pid, memory_bytes),
-        "MigrateDomainJobInfo": None,
+        "MigrateDomainJobInfo": dict(migration) if migration else dict(NO_MIGRATION_JOB),
         "Vcpu": vcpu_entries,
         "Net": [_net(i, counters) for i in interfaces],
         "Block": [_block(d, counters) for d in disks],

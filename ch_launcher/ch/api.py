@@ -478,13 +478,15 @@ class CloudHypervisorClient:
         timeout_s: int | None = None,
         connections: int | None = None,
         tls_dir: str | None = None,
+        timeout_strategy: str | None = None,
         *,
         timeout: float | None = None,
     ) -> None:
         """`PUT vm.send-migration`. v53+ returns at once (progress comes as events); <= v52
-        blocks until the migration ends, so give a generous `timeout=` there."""
+        blocks until the migration ends, so give a generous `timeout=` there. `timeout_strategy`
+        (`Cancel` | `Ignore`, v53) says what `timeout_s` does to a migration that has not converged."""
         body = _given(destination_url=destination_url, local=local, downtime_ms=downtime_ms, timeout_s=timeout_s,
-                      connections=connections, tls_dir=tls_dir)
+                      connections=connections, tls_dir=tls_dir, timeout_strategy=timeout_strategy)
         self._put("vm.send-migration", body, timeout)
 
     def receive_migration(self, receiver_url: str, tls_dir: str | None = None, *, timeout: float | None = None) -> None:

@@ -92,6 +92,7 @@ class Translation:
         self.dhcp: list[DhcpSpec] = []  # DHCP servers the launcher runs (masquerade, bridge)
         self.hotplug_disks: set[str] = set()  # disks of hotplugged volumes (attached and detached live)
         self.tpm: Any = None  # convert.tpm.TpmSpec: the swtpm the launcher runs
+        self.migration_blockers: list[tuple[str, str]] = []  # (KubeVirt reason, why): convert/migration.py
 
     @property
     def vmi_dir(self) -> str:

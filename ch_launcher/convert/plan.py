@@ -153,3 +153,4 @@ class Plan:
     dhcp: list[DhcpSpec] = field(default_factory=list)  # servers to run before the guest boots
     hotplug_disks: set[str] = field(default_factory=set)  # disk names of hotplugged volumes
     tpm: Any = None  # convert.tpm.TpmSpec when the VM has a TPM (swtpm runs before boot)
+    migration_blockers: list[tuple[str, str]] = field(default_factory=list)  # why it cannot live-migrate

@@ -20,10 +20,11 @@ its reconcile (or the feature would silently not work) after admission. Read ups
   are run by the kubelet against the pod and work.
 - hook sidecars (`hooks.kubevirt.io/hookSidecars`): they rewrite libvirt domain XML, which this
   launcher has none of.
-- `evictionStrategy: LiveMigrate` or `LiveMigrateIfPossible`: virt-handler marks a VMI
-  migratable from its spec alone (`pkg/virt-handler/vm.go`: `calculateLiveMigrationCondition`),
-  so an eviction turns into a migration this backend cannot do, retried while the drain blocks.
-  `None` and `External` are fine. (A cluster-wide default strategy is not visible in the VMI.)
+- `evictionStrategy: LiveMigrate` or `LiveMigrateIfPossible` for a VMI Cloud Hypervisor cannot
+  migrate (`convert/migration.py`): virt-handler marks a VMI migratable from its spec alone
+  (`pkg/virt-handler/vm.go`: `calculateLiveMigrationCondition`), so an eviction would turn into
+  a migration that fails at once, retried while the drain blocks. Migratable VMIs are admitted;
+  `None` and `External` always are. (A cluster-wide default strategy is not visible in the VMI.)
 - Velero backup hooks (`pkg/storage/pod/annotations/generator.go`) run `/usr/bin/virt-freezer`
   in the compute container on every launcher pod; it asks `GetGuestInfo`, finds no guest-agent
   version and exits 0, so backups proceed crash-consistent. Nothing to refuse (the image must
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 from ch_launcher.ch.vmconfig import VmConfig
 from ch_launcher.convert.context import Translation
+from ch_launcher.convert.migration import blockers_text
 
 VFIO_ALLOWED = False
 # One PCI segment has 32 device slots and slot 0 is the host bridge (cloud-hypervisor
@@ -93,9 +95,10 @@ def configure_policy(t: Translation) -> None:
     if spec.startStrategy == "Paused":
         t.warn("spec.startStrategy", "Paused: Cloud Hypervisor cannot boot paused; the VM is paused right "
                "after boot")
-    if spec.evictionStrategy in ("LiveMigrate", "LiveMigrateIfPossible"):
-        refuse("spec.evictionStrategy", f"{spec.evictionStrategy}: the Cloud Hypervisor backend cannot "
-                "migrate, so a node drain would block on failing migrations; use None or External")
+    if spec.evictionStrategy in ("LiveMigrate", "LiveMigrateIfPossible") and t.migration_blockers:
+        refuse("spec.evictionStrategy", f"{spec.evictionStrategy}: Cloud Hypervisor cannot live-migrate this VMI "
+                f"({blockers_text(t.migration_blockers)}), so a node drain would block on migrations that fail; "
+                "use None or External, or make the VMI migratable")
 
 
 def pci_devices_of(c: VmConfig) -> int:

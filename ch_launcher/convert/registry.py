@@ -14,6 +14,7 @@ from ch_launcher.convert.context import Translation
 from ch_launcher.convert.devices import configure_devices
 from ch_launcher.convert.firmware import configure_firmware
 from ch_launcher.convert.memory import configure_memory
+from ch_launcher.convert.migration import configure_migration
 from ch_launcher.convert.network import configure_network
 from ch_launcher.convert.policy import configure_pci_budget, configure_policy
 from ch_launcher.convert.storage import configure_storage
@@ -28,6 +29,7 @@ CONFIGURATORS: list[Callable[[Translation], None]] = [
     configure_devices,
     configure_tpm,  # after firmware: the state directory is named by the firmware UUID
     configure_memory,
+    configure_migration,  # reads the devices and volumes decided above; policy reads its verdict
     configure_policy,
     configure_pci_budget,  # counts what every configurator above added
 ]

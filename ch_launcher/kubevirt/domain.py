@@ -28,7 +28,10 @@ import json
 import platform
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ch_launcher.kubevirt.migration import MigrationMetadata
 
 
 class LifeCycle(str, enum.Enum):
@@ -194,6 +197,7 @@ class DomainView:
     deletion_timestamp: str | None = None  # ObjectMeta.deletionTimestamp: the VM is gone
     panic_count: int = 0
     defined: bool = True
+    migration: MigrationMetadata | None = None  # Spec.Metadata.KubeVirt.Migration
 
     def __post_init__(self) -> None:
         # Frozen dataclass: coerce in place once, so equality and hashing see tuples and enums.
@@ -411,7 +415,7 @@ def _spec(view: DomainView) -> dict[str, Any]:
             "KubeVirt": {
                 "UID": view.uid,
                 "GracePeriod": _grace(view.grace),
-                "Migration": None,
+                "Migration": view.migration.to_dict() if view.migration is not None else None,
                 "Backup": None,
                 "AccessCredential": None,
                 "MemoryDump": None,

@@ -552,6 +552,7 @@ class VMISpec(_Model):
 
 
 class PVCInfo(_Model):
+    accessModes: list[str] = Field(default_factory=list)
     volumeMode: str = ""  # "Filesystem" | "Block"
     capacity: dict[str, Quantity] = Field(default_factory=dict)
     requests: dict[str, Quantity] = Field(default_factory=dict)
@@ -599,9 +600,32 @@ class CPUTopology(_Model):
     threads: int = 0
 
 
+class MigrationPeerState(_Model):
+    """`status.migrationState.sourceState` / `targetState` (decentralized migrations)."""
+
+    migrationUID: str = ""
+    virtualMachineInstanceUID: str = ""
+    pod: str = ""
+
+
 class MigrationState(_Model):
+    """What a launcher reads of `status.migrationState` (kubevirt staging/src/kubevirt.io/api/
+    core/v1/types.go@d923fdb815cd `VirtualMachineInstanceMigrationState`)."""
+
     targetPod: str = ""
     sourcePod: str = ""
+    migrationUID: str = ""
+    sourceNode: str = ""
+    targetNode: str = ""
+    abortRequested: bool = False
+    sourceState: MigrationPeerState | None = None
+    targetState: MigrationPeerState | None = None
+
+
+class Condition(_Model):
+    type: str = ""
+    status: str = ""
+    reason: str = ""
 
 
 class VMIStatus(_Model):
@@ -610,6 +634,8 @@ class VMIStatus(_Model):
     volumeStatus: list[VolumeStatus] = Field(default_factory=list)
     interfaces: list[InterfaceStatus] = Field(default_factory=list)
     migrationState: MigrationState | None = None
+    migrationTransport: str = ""  # "Unix" for every VMI created by KubeVirt >= 1.5; "" = legacy TCP
+    conditions: list[Condition] = Field(default_factory=list)
     launcherContainerImageVersion: str = ""
     runtimeUser: int = 0
     memory: MemoryStatus | None = None

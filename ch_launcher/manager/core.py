@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ch_launcher import lifecycle
 from ch_launcher.ch import versions
 from ch_launcher.ch.events import Event
-from ch_launcher.kubevirt.domain import GracePeriod, Reason, deleted_domain_view, domain_json, now_rfc3339
+from ch_launcher.kubevirt.domain import GracePeriod, LifeCycle, Reason, deleted_domain_view, domain_json, now_rfc3339
 from ch_launcher.kubevirt.log import log_subcomponent_line
 from ch_launcher.lifecycle import Intent, Step, VmState
 from ch_launcher.manager.guest import GuestServices
 from ch_launcher.manager.live import LiveChanges
+from ch_launcher.manager.migrating import Migrating
 from ch_launcher.manager.outbox import Outbox
 from ch_launcher.manager.pod import read_pod_facts, release_memory
 from ch_launcher.manager.runner import NotStarted, Runner, StillRunning
@@ -53,9 +54,11 @@ class _Vm:
     panic_count: int = 0
     grace: GracePeriod = field(default_factory=GracePeriod)  # replaced, never mutated
     removing: set[str] = field(default_factory=set)  # disks detached, not yet ejected by the guest
+    migration: Any = None               # kubevirt.migration.MigrationMetadata: the Domain's Migration
+    migration_paused: bool = False      # paused by Cloud Hypervisor for a migration (Paused/Migration)
 
 
-class DomainManager(LiveChanges):
+class DomainManager(LiveChanges, Migrating):
     """Runs one VM. Create, `await start()`, then call `execute()`; `await close()` at the end."""
 
     def __init__(self, settings: ManagerSettings, sink: EventSink | None = None) -> None:
@@ -129,7 +132,8 @@ class DomainManager(LiveChanges):
         vcpus, memory = vm_size(plan)
         stats = await asyncio.to_thread(functools.partial(
             domain_stats, name=vmi.domain_name, uuid=vm_uuid(plan, vmi), counters=counters, vmm_pid=vmm.pid,
-            disks=tuple(plan.disks), interfaces=tuple(plan.interfaces), vcpus=vcpus, memory_bytes=memory))
+            disks=tuple(plan.disks), interfaces=tuple(plan.interfaces), vcpus=vcpus, memory_bytes=memory,
+            migration=self.migration_job_info()))
         return json.dumps(stats, separators=(",", ":"))
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
@@ -165,6 +169,7 @@ class DomainManager(LiveChanges):
         if self._closed:
             return
         self._closed = True
+        await self.close_migration()
         self._runner.cancel()
         self._vm.killing = True
         await self._host.close()
@@ -215,7 +220,9 @@ class DomainManager(LiveChanges):
         if intent is Intent.SYNC:
             self._believe(await self._reread())  # a lost event must not outlive one reconcile
         started = vmi is not None and vmi.status.phase in STARTED_PHASES
-        outcome = lifecycle.decide(intent, self._vm.state, user_paused=self._vm.user_paused,
+        # A VM paused for a migration's switch-over is not the Sync's to resume.
+        outcome = lifecycle.decide(intent, self._vm.state,
+                                   user_paused=self._vm.user_paused or self._vm.migration_paused,
                                    vmi_started=started, acpi=acpi_enabled(vmi or self._vmi))
         if outcome.error:
             raise CommandFailed(outcome.error)
@@ -295,6 +302,18 @@ class DomainManager(LiveChanges):
             raise CommandFailed(f"the VMI cannot run on Cloud Hypervisor: {causes}") from None
 
     async def _prepare(self) -> None:
+        await self._prepare_files()
+        assert self._plan is not None and self._vmi is not None
+        await self._guest.start(self._plan, self._vmi, self._options)
+        if self._plan.tpm is not None:
+            from ch_launcher.manager.tpm import Swtpm
+
+            if self._swtpm is None:
+                self._swtpm = Swtpm(self._plan.tpm)
+            await self._swtpm.start()
+
+    async def _prepare_files(self) -> None:
+        """The plan's preparation steps (disks, ISOs, ...), before the VMM opens them."""
         from ch_launcher import prepare
 
         assert self._plan is not None
@@ -303,14 +322,6 @@ class DomainManager(LiveChanges):
                                                     timeout=self.settings.prepare_timeout))
         except prepare.PreparationError as e:
             raise CommandFailed(f"preparing the VM failed: {cause(e.field, e.message)}") from None
-        assert self._vmi is not None
-        await self._guest.start(self._plan, self._vmi, self._options)
-        if self._plan.tpm is not None:
-            from ch_launcher.manager.tpm import Swtpm
-
-            if self._swtpm is None:
-                self._swtpm = Swtpm(self._plan.tpm)
-            await self._swtpm.start()
 
     async def _stop_swtpm(self) -> None:
         swtpm, self._swtpm = self._swtpm, None
@@ -484,7 +495,7 @@ class DomainManager(LiveChanges):
         vmi = self._vmi
         await self._guest.stop()
         await self._stop_swtpm()
-        self._vm = _Vm(grace=self._vm.grace, panic_count=self._vm.panic_count)
+        self._vm = _Vm(grace=self._vm.grace, panic_count=self._vm.panic_count, migration=self._vm.migration)
         self._domain_json = ""
         self._announced = False
         if vmi is not None:
@@ -500,6 +511,8 @@ class DomainManager(LiveChanges):
         vm = self._vm
         name = event.name
         log.info("cloud-hypervisor event %s%s", name, f" {event.properties}" if event.properties else "")
+        if self._migration_event(event):
+            return
         if name == "vm:shutdown":
             vm.saw_shutdown = True
             if vm.soft_reboot and not vm.killing:
@@ -533,6 +546,7 @@ class DomainManager(LiveChanges):
         if vmm is not self._host.current:
             return
         self._host.read_events()
+        self._migration_vmm_exit(code)
         self._host.release(vmm)
         vm = self._vm
         how = describe_exit(code)
@@ -578,9 +592,11 @@ class DomainManager(LiveChanges):
         """Rebuild the Domain JSON; send it when it changed (or `force`: a VMM event)."""
         vm, vmi = self._vm, self._vmi
         status = lifecycle.domain_status(vm.state, user_paused=vm.user_paused, down=vm.down)
+        if status == (LifeCycle.PAUSED, Reason.UNKNOWN) and vm.migration_paused:
+            status = (LifeCycle.PAUSED, Reason.MIGRATION)
         text = "" if status is None or vmi is None or self._plan is None else domain_json(
             domain_view(vmi, self._plan, *status, grace=vm.grace, panic_count=vm.panic_count,
-                        current_memory=self._current_memory))
+                        current_memory=self._current_memory, migration=vm.migration))
         changed = text != self._domain_json
         self._domain_json = text
         if text and (changed or force):

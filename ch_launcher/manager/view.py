@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import signal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ch_launcher.kubevirt.domain import DomainView, GracePeriod, LifeCycle, Reason
 from ch_launcher.manager.settings import CommandFailed
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def domain_view(vmi: VirtualMachineInstance, plan: Plan, status: LifeCycle, reason: Reason, *, grace: GracePeriod,
-                panic_count: int, current_memory: int | None = None) -> DomainView:
+                panic_count: int, current_memory: int | None = None, migration: Any = None) -> DomainView:
     """The Domain of the VM `plan` describes, made from `vmi`, in `status`/`reason`.
     `Memory` is the boot memory plus what virtio-mem was asked for; `CurrentMemory` is
     `current_memory` (vm.info's memory_actual_size) once known, else the same."""
@@ -38,7 +38,7 @@ def domain_view(vmi: VirtualMachineInstance, plan: Plan, status: LifeCycle, reas
         uuid=vm_uuid(plan, vmi), machine=vmi.spec.domain.machine.type if vmi.spec.domain.machine else "",
         firmware="efi" if bootloader is not None and bootloader.efi is not None else "",
         kernel=(payload.kernel or "") if payload else "", initrd=(payload.initramfs or "") if payload else "",
-        kernel_args=(payload.cmdline or "") if payload else "", panic_count=panic_count)
+        kernel_args=(payload.cmdline or "") if payload else "", panic_count=panic_count, migration=migration)
 
 
 def vm_size(plan: Plan) -> tuple[int, int]:

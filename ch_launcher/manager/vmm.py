@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ch_launcher.ch.events import Event, EventFifo, EventStreamParser, open_event_fifo
@@ -19,6 +19,19 @@ from ch_launcher.manager.settings import ManagerSettings
 
 if TYPE_CHECKING:
     from ch_launcher.ch.process import VmmProcess
+
+
+# Backtraces captured by cloud-hypervisor's error paths call getcwd(2), which its migration
+# worker's seccomp filter does not allow: with these set, a migration that fails at the
+# switch-over gets the VMM killed (SIGSYS) and the VM lost instead of resumed (measured on v53.0,
+# docs/migration.md §2).
+UNSAFE_FOR_VMM = ("RUST_BACKTRACE", "RUST_LIB_BACKTRACE")
+
+
+def vmm_environment(env: Mapping[str, str] | None) -> dict[str, str]:
+    """The VMM's environment: `env` (None: the launcher's own) without UNSAFE_FOR_VMM."""
+    source = os.environ if env is None else env
+    return {k: v for k, v in source.items() if k not in UNSAFE_FOR_VMM}
 
 
 class VmmHost:
@@ -58,7 +71,7 @@ class VmmHost:
 
         def spawn() -> VmmProcess:
             vmm = VmmProcess.spawn(self.settings.ch_binary, api_socket=api_socket, event_monitor=events,
-                                   log_file=log_file, env=self.settings.vmm_env)
+                                   log_file=log_file, env=vmm_environment(self.settings.vmm_env))
             vmm.client.timeout = self.settings.api_timeout
             self.spawned.append(vmm)  # known to close() even if the caller is cancelled now
             return vmm

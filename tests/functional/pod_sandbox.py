@@ -174,6 +174,7 @@ class PodSandbox:
         self._loops: list[str] = []
         self._block_devices: dict[str, int] = {}  # /dev/<name> -> device number
         self.taps: list[Tap] = []
+        self.binds: list[tuple[str, str]] = []  # (host path, path in the pod): `bind`
         self.bridge_leases: dict[str, dict[str, Any]] = {}  # pod interface -> virt-handler's DHCP cache
         self._closed = False
         try:
@@ -231,6 +232,12 @@ class PodSandbox:
             time.sleep(0.02)
 
     # --- files -------------------------------------------------------------------------------
+
+    def bind(self, source: os.PathLike[str] | str, target: os.PathLike[str] | str) -> None:
+        """Show `source` at `target` in the launcher's mount namespace (an existing directory):
+        a pod's files at the paths another pod has them too, as in two pods on two nodes (the
+        migration stories: the VM config the target receives names the source pod's paths)."""
+        self.binds.append((str(source), str(target)))
 
     def own(self, *paths: os.PathLike[str] | str) -> None:
         """chown -R to the pod's user: the pod's directories and files belong to it."""
@@ -408,6 +415,8 @@ class PodSandbox:
         resolv = self.root / "resolv.conf"  # kubelet mounts the pod's own
         resolv.write_text(self.resolv_conf)
         lines.append(f"mount --bind {q(str(resolv))} /etc/resolv.conf")
+        for source, target in self.binds:
+            lines.append(f"mount --bind {q(source)} {q(target)}")
         stage = self.root / "stage"
         stage.mkdir(mode=0o700, exist_ok=True)
         for i, (directory, entries) in enumerate(sorted(self._reachable(self.needed_paths()).items())):

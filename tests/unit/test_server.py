@@ -39,7 +39,9 @@ def test_every_cmd_rpc_is_either_implemented_or_refused_with_a_reason():
     service = pb.DESCRIPTOR.services_by_name["Cmd"]
     implemented = set(COMMANDS) | {"Ping", "GetDomain", "GetDomainStats", "GetFilesystems", "GetGuestInfo",
                                    "GetUsers", "GetQemuVersion", "SignalTargetPodCleanup",
-                                   "SyncVirtualMachineCPUs", "SyncVirtualMachineMemory"}
+                                   "SyncVirtualMachineCPUs", "SyncVirtualMachineMemory", "MigrateVirtualMachine",
+                                   "CancelVirtualMachineMigration", "SyncMigrationTarget",
+                                   "FinalizeVirtualMachineMigration"}
     names = {m.name for m in service.methods}
     assert names == implemented | set(NOT_SERVED)
     assert not implemented & set(NOT_SERVED)

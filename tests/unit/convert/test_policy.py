@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ch_launcher.convert import check, policy
+from ch_launcher.convert.migration import configure_migration
 from ch_launcher.convert.policy import configure_policy
 from tests.unit.convert.netbuild import fields, multus, translation, vmi
 
@@ -63,10 +64,21 @@ def test_hook_sidecars_are_refused_with_the_annotation_path():
 
 
 @pytest.mark.parametrize("strategy", ["LiveMigrate", "LiveMigrateIfPossible"])
-def test_eviction_by_live_migration_is_refused(strategy):
-    t = refused(vmi(evictionStrategy=strategy))
+def test_eviction_by_live_migration_is_admitted_for_a_vmi_cloud_hypervisor_can_migrate(strategy):
+    assert refused(vmi(evictionStrategy=strategy)).problems == []
+
+
+@pytest.mark.parametrize("strategy", ["LiveMigrate", "LiveMigrateIfPossible"])
+def test_eviction_by_live_migration_is_refused_with_kubevirts_reason_when_it_cannot(strategy):
+    body = vmi(evictionStrategy=strategy, devices={"disks": [{"name": "root", "disk": {}}]},
+               volumes=[{"name": "root", "containerDisk": {"image": "quay.io/containerdisks/fedora:41"}}])
+    t = translation(body)
+    configure_migration(t)
+    configure_policy(t)
     assert fields(t.problems) == ["spec.evictionStrategy"]
-    assert "None or External" in t.problems[0].message
+    message = t.problems[0].message
+    assert "DisksNotLiveMigratable: volume 'root' (containerDisk) is local to the pod" in message
+    assert "None or External" in message
 
 
 @pytest.mark.parametrize("strategy", ["None", "External"])

@@ -1,0 +1,302 @@
+"""Live migration stories between two ch-launchers, each in its own pod, through a stand-in of
+virt-handler's migration proxies, on the simulated VMM and on the real one (the tiny guest).
+
+On this project's PVM machines the real VMM cannot complete a switch-over (docs/migration.md §2):
+its story then asserts what the real failure does to both pods; the simulation tells both
+endings apart with `FAKE_CH_MIGRATION_FAIL`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from tests.contract.test_migration import host_snapshots_vcpus
+from tests.functional.migration_handler import MigrationPair, migratable_vmi, migration_of
+from tests.functional.pod_fixtures import real_vmm, real_vmm_reason
+from tests.functional.pod_sandbox import PodSandbox, missing_requirements
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(params=["simulated", "real"])
+def kind(request):
+    reason = missing_requirements()
+    if reason:
+        pytest.skip(reason)
+    if request.param == "real":
+        reason = real_vmm_reason()
+        if reason:
+            pytest.skip(reason)
+    return request.param
+
+
+def make_pair(kind: str, vmi=None, **kwargs) -> MigrationPair:
+    real = None
+    if kind == "real":
+        with PodSandbox() as scratch:  # real_vmm() copies the tiny guest into a pod's root
+            made = real_vmm(scratch)
+            keep = os.path.join("/tmp", f"kcmigfw{os.getpid()}")
+            os.makedirs(keep, exist_ok=True)
+            import shutil
+
+            shutil.copyfile(made.firmware_dir / "hypervisor-fw", os.path.join(keep, "hypervisor-fw"))
+            from pathlib import Path
+
+            from tests.functional.harness import RealVmm
+
+            real = RealVmm(made.binary, Path(keep), Path(keep) / "hypervisor-fw")
+    return MigrationPair(vmi or migratable_vmi(), real=real, **kwargs)
+
+
+@pytest.fixture
+def pair_factory(kind):
+    made: list[MigrationPair] = []
+
+    def make(**kwargs) -> MigrationPair:
+        pair = make_pair(kind, **kwargs)
+        made.append(pair)
+        return pair
+
+    yield make
+    for pair in made:
+        pair.close()
+
+
+def completes(kind: str) -> bool:
+    return kind == "simulated" or host_snapshots_vcpus()
+
+
+def test_a_running_vm_moves_to_the_target_pod(kind, pair_factory):
+    """The whole story as virt-handler plays it: the target prepares and publishes its ports,
+    the source sends through the proxies; the source reports Paused/Migration then
+    Shutoff/Migrated with EndTimestamp; the target's domain appears Paused/Migration, runs, gets
+    EndTimestamp, is finalized; the source is deleted and its launcher exits; the VM goes on."""
+    pair = pair_factory()
+    src, tgt = pair.source, pair.target
+
+    async def story():
+        await src.boot()
+        ports = await pair.prepare_target()
+        assert sorted(ports.values()) == [0, 49152]
+        reply = await pair.migrate(ports)
+        assert reply.success, reply.message
+        started = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("StartTimestamp"), timeout=10)
+        assert migration_of(started)["UID"] == pair.migration_uid and migration_of(started)["Mode"] == "PreCopy"
+        assert started.status == "Running"
+        if not completes(kind):
+            failed = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"), timeout=60)
+            assert failed.status == "Running", "the source resumed its VM"
+            assert "GetNestedState" in migration_of(failed)["FailureReason"]
+            assert migration_of(failed)["EndTimestamp"]
+            assert any(e.status == "Paused" and e.reason == "Migration" for e in src.recorder.events)
+            assert (await src.client.get_domain())["Status"]["Status"] == "Running"
+            # The proxies never close the target's leg (upstream's handleConnection): the target
+            # pod waits until virt-handler's finalCleanup signals it.
+            first = tgt.recorder.events[0]
+            assert first.event_type == "ADDED" and (first.status, first.reason) == ("Paused", "Migration")
+            await pair.target_command("SignalTargetPodCleanup")
+            assert (await tgt.launcher.wait_exit(30)) == 2, tgt.log_text()
+            assert not tgt.launcher.children(), "the target's VMM went with its launcher"
+            return
+        moved = await src.recorder.wait_for_status("Shutoff", "Migrated", timeout=60)
+        assert migration_of(moved)["EndTimestamp"] and not migration_of(moved)["Failed"]
+        assert any(e.status == "Paused" and e.reason == "Migration" for e in src.recorder.events), \
+            [str(e) for e in src.recorder.events]
+        first = tgt.recorder.events[0]
+        assert first.event_type == "ADDED" and (first.status, first.reason) == ("Paused", "Migration")
+        running = await tgt.recorder.wait_for(lambda e: e.status == "Running" and (migration_of(e) or {}).get(
+            "EndTimestamp"), timeout=30)
+        assert migration_of(running)["UID"] == pair.migration_uid
+        for _ in range(2):  # finalizeMigration, then finalCleanup
+            await pair.target_command("FinalizeVirtualMachineMigration")
+        await pair.source_command("DeleteVirtualMachine")
+        await src.recorder.wait_for_deleted(timeout=20)
+        assert (await src.launcher.wait_exit(30)) == 0, src.log_text()
+        domain = await tgt.client.get_domain()
+        assert domain["Status"]["Status"] == "Running"
+        await tgt.client.sync(pair.migrating_vmi())  # now a reconcile of a running VM
+        assert (await tgt.client.get_domain())["Status"]["Status"] == "Running"
+        assert tgt.launcher.poll() is None
+        # virtctl console reaches the guest in its new pod (the simulated guest echoes).
+        import asyncio
+
+        reader, writer = await asyncio.open_unix_connection(str(tgt.layout.console_socket(pair.uid)))
+        writer.write(b"still-here")
+        seen = b""
+        async with asyncio.timeout(10):
+            while b"still-here" not in seen:
+                seen += await reader.read(4096)
+        writer.close()
+
+    src.run(story())
+
+
+SLOW = {"Bandwidth": "8Mi"}  # 64 MiB then take ~8 s: time to act in the middle of the stream
+
+
+async def wait_for_progress(pair: MigrationPair, at_least: int, timeout: float = 30.0) -> dict:
+    """GetDomainStats' MigrateDomainJobInfo once `DataProcessed` reaches `at_least` bytes."""
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = await pair.source.client.get_domain_stats()
+        job = (stats or {}).get("MigrateDomainJobInfo") or {}
+        if job.get("DataProcessed", 0) >= at_least:
+            return job
+        assert time.monotonic() < deadline, f"the migration did not progress: {job}"
+        await asyncio.sleep(0.1)
+
+
+def test_cancel_aborts_the_stream_and_the_vm_keeps_running_on_the_source(kind, pair_factory):
+    pair = pair_factory()
+    src, tgt = pair.source, pair.target
+
+    async def story():
+        await src.boot()
+        stats = await src.client.get_domain_stats()
+        assert stats["MigrateDomainJobInfo"]["DataProcessedSet"] is False, "zeros, never null, without a migration"
+        ports = await pair.prepare_target()
+        assert (await pair.migrate(ports, SLOW)).success
+        job = await wait_for_progress(pair, 4 << 20)
+        assert job["DataTotalSet"] and job["DataTotal"] == 64 << 20 and job["DataRemainingSet"]
+        since = len(src.recorder.events)
+        await pair.source_command("CancelVirtualMachineMigration")
+        aborted = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"), timeout=30,
+                                              since=since)
+        meta = migration_of(aborted)
+        assert meta["AbortStatus"] == "Succeeded" and meta["FailureReason"] == "Live migration has been aborted"
+        assert meta["EndTimestamp"] and aborted.status == "Running"
+        await pair.source_command("CancelVirtualMachineMigration")  # again: nothing to do, success
+        assert (await src.client.get_domain())["Status"]["Status"] == "Running"
+        vmm = tgt.vmm_pid()
+        await pair.target_command("SignalTargetPodCleanup")
+        assert (await tgt.launcher.wait_exit(30)) == 2, tgt.log_text()
+        assert not os.path.exists(f"/proc/{vmm}"), "the receiving VMM went with its launcher"
+        # The same migration cannot run twice (initializeMigrationMetadata).
+        reply = await pair.migrate(ports)
+        assert not reply.success and f"migration job {pair.migration_uid} already executed" in reply.message
+
+    pair.run(story())
+
+
+def test_a_target_vmm_that_dies_fails_the_migration_and_the_source_keeps_its_vm(kind, pair_factory):
+    pair = pair_factory()
+    src, tgt = pair.source, pair.target
+
+    async def story():
+        await src.boot()
+        ports = await pair.prepare_target()
+        assert (await pair.migrate(ports, SLOW)).success
+        await wait_for_progress(pair, 4 << 20)
+        os.kill(tgt.vmm_pid(), signal.SIGKILL)
+        failed = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"), timeout=30)
+        assert failed.status == "Running" and "Broken pipe" in migration_of(failed)["FailureReason"], \
+            migration_of(failed)
+        gone = await tgt.recorder.wait_for_deleted(timeout=30)
+        assert gone.event_type == "MODIFIED", "the target's announced domain is withdrawn"
+        assert (await tgt.launcher.wait_exit(30)) == 0, tgt.log_text()
+        assert (await src.client.get_domain())["Status"]["Status"] == "Running"
+
+    pair.run(story())
+
+
+def test_a_source_vmm_that_dies_mid_way_is_a_crash_and_the_target_is_cleaned_up(kind, pair_factory):
+    pair = pair_factory()
+    src, tgt = pair.source, pair.target
+
+    async def story():
+        await src.boot()
+        ports = await pair.prepare_target()
+        assert (await pair.migrate(ports, SLOW)).success
+        await wait_for_progress(pair, 4 << 20)
+        os.kill(src.vmm_pid(), signal.SIGKILL)
+        crashed = await src.recorder.wait_for_status("Shutoff", "Crashed", timeout=30)
+        meta = migration_of(crashed)
+        assert meta["Failed"] and meta["EndTimestamp"] and "during the migration" in meta["FailureReason"]
+        # The source proxy never closes its outbound leg, so the target sees nothing yet; once
+        # that socket is closed (Go's finaliser), the receive relay notices the stream ended
+        # inside a memory range and SIGKILLs the receiving VMM, which would otherwise spin.
+        vmm = tgt.vmm_pid()
+        pair.proxies.close_leaked()
+        await tgt.recorder.wait_for_deleted(timeout=30)
+        assert (await tgt.launcher.wait_exit(30)) == 0, tgt.log_text()
+        assert not os.path.exists(f"/proc/{vmm}")
+
+    pair.run(story())
+
+
+def test_a_vmi_cloud_hypervisor_cannot_migrate_fails_at_once_with_kubevirts_reason(kind, pair_factory):
+    vmi = migratable_vmi()
+    vmi["spec"]["domain"]["devices"]["disks"].append({"name": "scratch", "disk": {"bus": "virtio"}})
+    vmi["spec"]["volumes"].append({"name": "scratch", "emptyDisk": {"capacity": "16Mi"}})
+    pair = pair_factory(vmi=vmi)
+    src, tgt = pair.source, pair.target
+
+    async def story():
+        await src.boot()
+        ports = await pair.prepare_target()
+        assert (await pair.migrate(ports)).success, "accepted, then failed as a migration (not retried)"
+        failed = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"), timeout=20)
+        reason = migration_of(failed)["FailureReason"]
+        assert reason.startswith("DisksNotLiveMigratable: volume 'scratch' (emptyDisk)"), reason
+        assert failed.status == "Running"
+        assert not tgt.recorder.events, "nothing reached the target"
+        await pair.target_command("SignalTargetPodCleanup")
+        assert (await tgt.launcher.wait_exit(30)) == 2
+
+    pair.run(story())
+
+
+def test_a_vm_the_user_paused_arrives_paused(kind, pair_factory):
+    """virt-launcher keeps a paused VMI paused on the target (`l.paused.add`); Cloud Hypervisor
+    sends `CompletePaused` for a VM that was paused, so nothing resumes it."""
+    pair = pair_factory()
+    src, tgt = pair.source, pair.target
+
+    async def story():
+        await src.boot()
+        await src.client.vmi_command("PauseVirtualMachine", src.vmi)
+        await src.recorder.wait_for_status("Paused", "User", timeout=15)
+        src.vmi["status"]["conditions"] = [{"type": "Paused", "status": "True", "reason": "PausedByUser"}]
+        ports = await pair.prepare_target()
+        assert (await pair.migrate(ports)).success
+        if not completes(kind):
+            failed = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"), timeout=60)
+            assert (failed.status, failed.reason) == ("Paused", "User"), "still the user's pause"
+            return
+        moved = await src.recorder.wait_for_status("Shutoff", "Migrated", timeout=60)
+        assert migration_of(moved)["EndTimestamp"]
+        assert not any(e.reason == "Migration" for e in src.recorder.events), "a paused VM has no switch-over pause"
+        arrived = await tgt.recorder.wait_for(lambda e: (migration_of(e) or {}).get("EndTimestamp"), timeout=30)
+        assert (arrived.status, arrived.reason) == ("Paused", "User")
+        await tgt.client.sync(pair.migrating_vmi())
+        assert (await tgt.client.get_domain())["Status"]["Reason"] == "User", "a Sync does not resume it"
+
+    pair.run(story())
+
+
+def test_a_failed_switch_over_resumes_the_vm_even_with_rust_backtrace_in_the_pod(pair_factory, kind):
+    """The launcher starts its VMM without RUST_BACKTRACE: with it, the PVM switch-over failure
+    would get the VMM killed by its own seccomp filter (docs/migration.md §2)."""
+    if kind == "real" and host_snapshots_vcpus():
+        pytest.skip("this host completes real switch-overs; the simulated variant shows the failure")
+    env = {"RUST_BACKTRACE": "1", "RUST_LIB_BACKTRACE": "1"}
+    if kind == "simulated":
+        env["FAKE_CH_MIGRATION_FAIL"] = "snapshot"
+    pair = pair_factory(source_env=env)
+    src = pair.source
+
+    async def story():
+        await src.boot()
+        ports = await pair.prepare_target()
+        assert (await pair.migrate(ports)).success
+        failed = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"), timeout=60)
+        assert failed.status == "Running" and "GetNestedState" in migration_of(failed)["FailureReason"]
+        assert src.launcher.children(), "the VMM is alive"
+
+    pair.run(story())

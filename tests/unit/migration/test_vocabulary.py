@@ -1,0 +1,84 @@
+"""KubeVirt's migration vocabulary: MigrationOptions as virt-handler sends them, the Domain's
+Migration metadata as virt-handler reads it, the proxies' socket names."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ch_launcher.kubevirt import migration as km
+from ch_launcher.kubevirt.domain import DomainView, LifeCycle, Reason, domain_dict
+from ch_launcher.kubevirt.vmi import parse_vmi
+
+VIRT_HANDLER_DEFAULTS = {
+    "Bandwidth": "0", "ProgressTimeout": 150, "CompletionTimeoutPerGiB": 150, "MaxDowntimeMs": 900,
+    "UnsafeMigration": False, "AllowAutoConverge": False, "AllowPostCopy": False, "ParallelMigrationThreads": 8,
+    "AllowWorkloadDisruption": False, "StallDetectorOptions": None, "Compression": None, "DowntimeTuning": None,
+}
+
+
+def test_virt_handlers_default_options_map_to_cloud_hypervisors_send_migration():
+    options = km.MigrationOptions.decode(json.dumps(VIRT_HANDLER_DEFAULTS).encode())
+    assert options.bandwidth == 0 and options.parallel_migration_threads == 8
+    assert options.send_migration_data("unix:/p/out.sock", data_gb=3) == {
+        "destination_url": "unix:/p/out.sock", "connections": 1, "downtime_ms": 900, "timeout_s": 450,
+        "timeout_strategy": "Cancel"}
+    assert options.degradations() == [
+        "ParallelMigrationThreads=8: one connection (Cloud Hypervisor opens several only over tcp: URLs; "
+        "KubeVirt's proxies carry unix sockets)"]
+
+
+def test_workload_disruption_pauses_the_guest_to_finish_and_post_copy_is_degraded():
+    options = km.MigrationOptions.decode(json.dumps({**VIRT_HANDLER_DEFAULTS, "AllowPostCopy": True,
+                                                     "AllowWorkloadDisruption": True, "Compression": "zstd",
+                                                     "AllowAutoConverge": True, "Bandwidth": "64Mi"}).encode())
+    assert options.bandwidth == 64 << 20
+    assert options.send_migration_data("unix:/x", 1)["timeout_strategy"] == "Ignore"
+    notes = " | ".join(options.degradations())
+    assert "AllowPostCopy: pre-copy only" in notes and "the guest is paused to finish instead" in notes
+    assert "Compression=zstd" in notes and "AllowAutoConverge" in notes
+
+
+@pytest.mark.parametrize("payload, words", [
+    (b"", "migration options object not present in command server request"),
+    (b"[1]", "no valid migration options object present in command server request"),
+    (b'{"ProgressTimeout": "soon"}', "MigrationOptions.ProgressTimeout"),
+    (b'{"AllowPostCopy": 1}', "MigrationOptions.AllowPostCopy of type bool"),
+])
+def test_options_that_go_would_not_unmarshal_are_refused_in_its_words(payload, words):
+    with pytest.raises(km.InvalidOptions) as refused:
+        km.MigrationOptions.decode(payload)
+    assert words in str(refused.value)
+
+
+def test_unknown_fields_and_nulls_are_what_go_makes_of_them():
+    options = km.MigrationOptions.decode(b'{"Bandwidth": null, "SomethingNew": 1, "MaxDowntimeMs": null}')
+    assert options.bandwidth == 0 and options.max_downtime_ms == 0
+    assert "downtime_ms" not in options.send_migration_data("unix:/x", 1), "Cloud Hypervisor's own default"
+
+
+def test_the_metadata_reads_as_gos_migration_metadata_and_ends_once():
+    meta = km.MigrationMetadata(uid="m-1", start="2026-12-01T10:00:00Z")
+    assert meta.to_dict() == {"UID": "m-1", "StartTimestamp": "2026-12-01T10:00:00Z", "EndTimestamp": None,
+                              "Failed": False, "FailureReason": "", "AbortStatus": "", "Mode": "PreCopy"}
+    aborted = km.MigrationMetadata(uid="m-1", start="2026-12-01T10:00:00Z", abort_status=km.ABORT_SUCCEEDED)
+    ended = aborted.finished("2026-12-01T10:00:05Z", failed=True, reason="Broken pipe")
+    assert ended.failure_reason == "Live migration has been aborted", "setMigrationResult's words after an abort"
+    assert ended.finished("2026-12-01T10:09:00Z", failed=False) is ended, "reported once"
+    view = DomainView(name="v", namespace="ns", uid="u", status=LifeCycle.SHUTOFF, reason=Reason.MIGRATED,
+                      migration=ended)
+    assert domain_dict(view)["Spec"]["Metadata"]["KubeVirt"]["Migration"]["EndTimestamp"] == "2026-12-01T10:00:05Z"
+
+
+def test_socket_names_and_uids_follow_virt_handler():
+    assert km.proxy_socket("/var/run/kubevirt", "abc") == "/var/run/kubevirt/migrationproxy/abc-49152-source.sock"
+    assert km.proxy_socket("/var/run/kubevirt", "abc", 0) == "/var/run/kubevirt/migrationproxy/abc-source.sock"
+    vmi = parse_vmi({"metadata": {"name": "v", "namespace": "ns", "uid": "target-uid"},
+                     "spec": {"domain": {"memory": {"guest": "1500Mi"}}},
+                     "status": {"migrationTransport": "Unix",
+                                "migrationState": {"migrationUID": "m", "sourceState": {
+                                    "migrationUID": "src-m", "virtualMachineInstanceUID": "source-uid"}}}})
+    assert km.migration_uid(vmi) == "src-m"
+    assert km.target_proxy_uid(vmi) == "source-uid", "decentralized over unix: the source's sockets"
+    assert km.data_size_gb(vmi) == 2, "1500Mi is 1.57 GB, rounded up as ScaledValue(Giga) does"
