@@ -224,7 +224,7 @@ def test_while_sending_the_vm_cannot_be_changed_and_vm_info_answers_the_snapshot
                 call()
             assert refused.value.status == 500
             assert refused.value.messages[1:] == [action, "VM is currently migrating and can't be modified"]
-        assert "vm:rebooting" in vm_events(src), "vm_reboot announces itself before it checks"
+        src.events.wait_for("vm:rebooting", timeout=10)  # vm_reboot announces itself before it checks
         with pytest.raises(ChApiError) as again:
             src.client.send_migration(f"unix:{sdir}/gate.sock")
         assert again.value.messages[1:] == ["Error dispatching the migration worker",

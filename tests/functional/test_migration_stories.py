@@ -15,8 +15,9 @@ import pytest
 
 from tests.contract.test_migration import host_snapshots_vcpus
 from tests.functional.migration_handler import MigrationPair, migratable_vmi, migration_of
-from tests.functional.pod_fixtures import real_vmm, real_vmm_reason
-from tests.functional.pod_sandbox import PodSandbox, missing_requirements
+from tests.functional.harness import RealVmm
+from tests.functional.pod_fixtures import real_vmm_reason
+from tests.functional.pod_sandbox import missing_requirements
 
 pytestmark = pytest.mark.root
 
@@ -35,19 +36,10 @@ def kind(request):
 
 def make_pair(kind: str, vmi=None, **kwargs) -> MigrationPair:
     real = None
-    if kind == "real":
-        with PodSandbox() as scratch:  # real_vmm() copies the tiny guest into a pod's root
-            made = real_vmm(scratch)
-            keep = os.path.join("/tmp", f"kcmigfw{os.getpid()}")
-            os.makedirs(keep, exist_ok=True)
-            import shutil
-
-            shutil.copyfile(made.firmware_dir / "hypervisor-fw", os.path.join(keep, "hypervisor-fw"))
-            from pathlib import Path
-
-            from tests.functional.harness import RealVmm
-
-            real = RealVmm(made.binary, Path(keep), Path(keep) / "hypervisor-fw")
+    if kind == "real":  # the tiny guest as the pods' hypervisor-fw
+        found = RealVmm.from_environment(tiny_guest=True)
+        assert not isinstance(found, str), found
+        real = found
     return MigrationPair(vmi or migratable_vmi(), real=real, **kwargs)
 
 
