@@ -61,32 +61,42 @@ PASST = 250 * MiB  # kubevirt pkg/network/resources/memory.go: "passt binary ove
 # --- Cloud Hypervisor's constants -------------------------------------------------------------
 
 # ch-launcher, the Python process that replaces virt-launcher-monitor + virt-launcher (and,
-# since it drives CH directly, virtlogd and virtqemud). Measured by bench/launcher.py after a
-# Sync (simulated VMM; CPython 3.11, grpcio 1.85, pydantic 2), in several runs: PSS 45.2-48.7 MiB
-# for one launcher alone (it varies with what else maps the same libraries), 38.6 MiB with ten
-# running (they share the image's file pages); its anonymous memory, the part no other process
-# shares, 36.3-36.4 MiB; peak RSS 66.4 MiB, of which ~27 MiB are clean file pages the kernel can
-# reclaim under the pod's limit. 60 MiB = the highest lone-launcher PSS measured + 23 % headroom for larger VMIs (more disks and NICs to translate, bigger cloud-init data) and
-# a Sync's transient buffers. `overhead.launcherMiB` in the config overrides it.
-CH_LAUNCHER = 60 * MiB
+# since it drives CH directly, virtlogd and virtqemud). Measured by bench/footprint.py in the
+# launcher image's own configuration (pip install '.[launcher]', -OO, MALLOC_ARENA_MAX=2; CPython
+# 3.11, grpcio 1.85, pydantic 2) after a Sync, with the real cloud-hypervisor running the tiny
+# guest (1 GiB / 1 vCPU): PSS 35.1-35.7 MiB for a launcher alone (RSS 47.2-47.4 MiB, of which the clean
+# file pages of the interpreter, gRPC and pydantic-core are ~20 MiB the kernel can reclaim), 27.7
+# MiB per launcher with 50 side by side (they share the image's files); anonymous memory, the
+# part no other process shares, 27.1-27.2 MiB. 45 MiB = the highest lone PSS + 26 % headroom for what the
+# measured VMI lacks (a pod network's DHCP server, more disks and NICs to translate, bigger
+# cloud-init data) and a Sync's transient buffers. `overhead.launcherMiB` in the config overrides it.
+CH_LAUNCHER = 45 * MiB
 
-# The cloud-hypervisor process without guest RAM. Anchors (ecosystem.md §8.2): CH's CI fails
-# above 10 MiB RSS for a 512 MiB / 1 vCPU guest with its test devices (MAXIMUM_VMM_OVERHEAD_KB,
-# cloud-hypervisor tests/common/utils.rs@v53.0); measured 5.9 MiB for a 4 GiB guest (CH issue
-# #1729). 16 MiB = the CI budget + 60 % headroom for the API and event-monitor threads, seccomp
-# filters and the binary's page cache charged to the pod. `overhead.vmmMiB` overrides it.
-CH_VMM = 16 * MiB
+# The cloud-hypervisor process without guest RAM. Measured by bench/footprint.py beside the
+# launcher (real v53.0 binary, 1 GiB / 1 vCPU, three disks, rng, serial on a socket, the tiny
+# guest running): RSS 9.3-9.7 MiB apart from the guest RAM mapping, of which ~7.3 MiB are the binary's
+# clean file pages and ~1.5 MiB libc's (shared by every VMM on a node) and ~0.6 MiB anonymous;
+# more vCPUs (1 -> 8) or disks (0 -> 8) moved it by less than 0.4 MiB. The guest RAM the tiny
+# guest touched (4 MiB) is guest memory, which the pod's memory request already holds; the
+# VMM's own page tables (VmPTE) are 0.1-0.2 MiB, the kernel's tables for guest RAM are the
+# page-tables row. What the tiny guest cannot show: a real guest drives its virtio devices, whose
+# queue threads and io_uring rings then start (CH_PER_DEVICE). 12 MiB = the highest measured RSS + 24 %.
+# `overhead.vmmMiB` overrides it.
+CH_VMM = 12 * MiB
 
 # Per vCPU, *estimate*: the kernel's KVM state per vCPU (struct kvm_vcpu, VMCS/VMCB, MMU page
 # caches; memcg-accounted, so charged to the pod) is the same as under QEMU, but a CH vCPU
 # thread is a Rust thread with a few resident stack pages and the kvm_run mapping, where QEMU's
-# threads also carry glibc malloc arenas. Half of KubeVirt's 8 MiB.
+# threads also carry glibc malloc arenas. Measured (bench/footprint.py, 1 -> 8 vCPUs): a vCPU
+# adds a thread and less than 0.1 MiB to the VMM's RSS; the kernel's part is not visible from
+# user space (no cgroup of its own here). Half of KubeVirt's 8 MiB, kept until measured.
 CH_PER_VCPU = 4 * MiB
 
 # Per virtio device with its own thread in CH (each disk, interface and virtio-fs device runs an
 # epoll thread over its queues; vhost-user ones a frontend), *estimate*: resident stack, queue
 # bookkeeping and, for disks, io_uring rings and the qcow2 L2/refcount caches. Replaces
-# KubeVirt's single 8 MiB IOThread term; CH's CI budget above already includes a first disk and NIC.
+# KubeVirt's single 8 MiB IOThread term. Not measurable with the tiny guest, which never drives
+# its devices (0 -> 8 idle disks moved the VMM's RSS by less than 0.4 MiB).
 CH_PER_DEVICE = 1 * MiB
 
 # arm64: CH loads CLOUDHV_EFI.fd into a 4 MiB UEFI region at guest address 0

@@ -5,9 +5,11 @@
   the tiny guest (tests/guest/) running a 1 GiB / 1 vCPU VM, beside a bare interpreter and a bare
   grpc.aio server measured in the same run (the ratios are printed), and where it goes: the
   launcher's mappings by kind, its threads, and the import attribution of its modules;
-- the same per launcher with N launchers side by side (default 50, each with its own VMM), as on
-  a node where they share the image's files;
-- the cloud-hypervisor process beside it: its own memory and the guest RAM it has touched;
+- the same per launcher with N launchers side by side (default 50, each with its own VMM; all
+  but the first VM paused once booted, since the tiny guest polls its serial port), as on a
+  node where they share the image's files;
+- the cloud-hypervisor process beside it: its own memory and the guest RAM it has touched, and
+  alone for a few sizes (vCPUs, disks, guest memory) to show what each adds;
 - GetDomain latency while 16 clients call it and the VM emits events (pause/resume), beside
   the same 16 clients against a bare grpc.aio server answering the same RPC (the floor).
 
@@ -169,7 +171,8 @@ def launcher_venv(env: dict[str, str]) -> pathlib.Path:
     python = venv / "bin" / "python"
     pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     if not python.exists():
-        shutil.rmtree(venv, ignore_errors=True)
+        for stale in BENCH_DIR.glob("launcher-venv-*"):  # made for another pyproject.toml
+            shutil.rmtree(stale, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run([*pip, f"{REPO}[launcher]"], check=True)
     subprocess.run([*pip, "--no-deps", "--force-reinstall", str(REPO)], check=True)
@@ -328,7 +331,10 @@ class Pod:
                                         command=[str(venv / "bin" / "ch-launcher")])
         self.client: CmdClient | None = None
 
-    async def start(self) -> None:
+    async def start(self, *, paused: bool = False) -> None:
+        """Sync until the VM runs, serve some GetDomain and a GetDomainStats. `paused`: then
+        pause the VM (the tiny guest polls its serial port, so a running one keeps a little CPU
+        busy; a paused VM holds the same memory)."""
         await self.recorder.start()
         self.launcher.start()
         await self.launcher.wait_ready(30.0)
@@ -338,6 +344,9 @@ class Pod:
         for _ in range(50):
             await self.client.call("GetDomain")
         await self.client.get_domain_stats()
+        if paused:
+            await self.client.vmi_command("PauseVirtualMachine", self.vmi)
+            await self.recorder.wait_for_status("Paused", timeout=30)
 
     @property
     def vmm_pid(self) -> int | None:
@@ -434,18 +443,25 @@ async def bench(launchers: int, clients: int, seconds: float, pause: float) -> N
         for _ in range(launchers - 1):
             pod = Pod(venv, env, vmm)
             pods.append(pod)
-            await pod.start()
+            await pod.start(paused=True)
         await settle()
         per = [rollup(p.launcher.pid) for p in pods]
         pss = [r["Pss"] for r in per]
         anon = [r["Pss_Anon"] for r in per]
-        print(f"\n  {launchers} launchers side by side, each with its VM: PSS per launcher mean {mib(statistics.mean(pss))}, "
+        print(f"\n  {launchers} launchers side by side, each with its VM (all but the first paused): PSS per launcher mean {mib(statistics.mean(pss))}, "
               f"max {mib(max(pss))} (the lone one above: {mib(r_one['Pss'])}; "
               f"{statistics.mean(pss) / r_one['Pss']:.2f}x); anonymous mean {mib(statistics.mean(anon))}")
         vms = [vmm_memory(p.vmm_pid) for p in pods if p.vmm_pid]
         if vms:
             print(f"    cloud-hypervisor per VM: PSS mean {statistics.mean(v['pss'] for v in vms):.1f} MiB, own PSS mean "
                   f"{statistics.mean(v['own_pss'] for v in vms):.1f} MiB")
+
+        if vmm:
+            print("\n  cloud-hypervisor alone, tiny guest running: own RSS / guest RAM touched / page tables / threads")
+            for vcpus, disks, memory in ((1, 0, 1), (1, 8, 1), (8, 1, 1), (1, 1, 4)):
+                v = await asyncio.to_thread(vmm_alone, vmm, vcpus, disks, memory << 30)
+                print(f"    {vcpus} vCPU, {disks} disks, {memory} GiB:   {v['own_rss']:5.1f} MiB / {v['guest_rss']:4.1f} MiB / "
+                      f"{v['pte']:4.2f} MiB / {v['threads']}")
 
         steps = json.loads(subprocess.run([python, "-c", ATTRIBUTION, json.dumps(IMPORT_STEPS)], env=env,
                                           capture_output=True, text=True, check=True).stdout)
@@ -459,6 +475,37 @@ async def bench(launchers: int, clients: int, seconds: float, pause: float) -> N
         for pod in pods:
             await pod.close()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def vmm_alone(binary: str, vcpus: int, disks: int, memory: int) -> dict[str, float]:
+    """Boot the tiny guest on a VMM of its own with `vcpus`, `disks` (sparse raw images) and
+    `memory` bytes, and measure it once it runs. (The tiny guest never drives its virtio
+    devices, so their queue threads do not start.)"""
+    from ch_launcher.ch.process import VmmProcess
+
+    d = tempfile.mkdtemp(prefix="kcv", dir="/tmp")
+    vmm = VmmProcess.spawn(binary, api_socket=f"{d}/api.sock", event_monitor=f"{d}/events", log_file=f"{d}/ch.log")
+    try:
+        vmm.wait_ready(10.0)
+        config: dict[str, Any] = {
+            "payload": {"firmware": str(guest_payload())}, "cpus": {"boot_vcpus": vcpus, "max_vcpus": vcpus},
+            "memory": {"size": memory}, "serial": {"mode": "Socket", "socket": f"{d}/serial"},
+            "console": {"mode": "Off"}, "rng": {"src": "/dev/urandom"}, "disks": []}
+        for i in range(disks):
+            with open(f"{d}/disk{i}.img", "wb") as f:
+                f.truncate(16 << 20)
+            config["disks"].append({"path": f"{d}/disk{i}.img"})
+        vmm.client.create(config)
+        vmm.client.boot()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(os.listdir(f"/proc/{vmm.pid}/task")) < 2 + vcpus:
+            time.sleep(0.1)
+        time.sleep(1.0)  # the guest prints its marker and waits on its serial port
+        return vmm_memory(vmm.pid)
+    finally:
+        vmm.terminate()
+        vmm.close()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _names(counts: Counter[str]) -> str:
@@ -489,7 +536,7 @@ def main() -> int:
     parser.add_argument("--launchers", type=int, default=50, help="launchers side by side for the per-launcher PSS")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each GetDomain load run")
-    parser.add_argument("--pause", type=float, default=0.01, help="seconds between one client's GetDomain calls")
+    parser.add_argument("--pause", type=float, default=0.05, help="seconds between one client's GetDomain calls")
     args = parser.parse_args()
     asyncio.run(bench(max(1, args.launchers), args.clients, args.seconds, args.pause))
     return 0

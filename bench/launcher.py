@@ -4,14 +4,15 @@
 - time from process start to `launcher-sock` (target < 0.5 s);
 - Sync -> Running-event latency, p50/p99 over fresh launchers (the first Sync of each);
 - GetDomain round trip, p50/p99 over 500 calls (target p99 < 2 ms);
-- the launcher's own RSS and PSS after a Sync, the VMM excluded (target PSS < 40 MiB), alone
-  and with N launchers running (as on a node, where they share the image's files);
 - idle CPU of one launcher with a running VM over 30 s, beside the idle CPU of a bare grpc.aio
   server measured over the same 30 s (the baseline; target < 0.05 % of a core).
 
-    python bench/launcher.py [--launchers N] [--idle-seconds S] [--node-launchers N]
+    python bench/launcher.py [--launchers N] [--idle-seconds S]
 
-Timings depend on the machine's load; the figures are for comparison within one run.
+Timings depend on the machine's load; the figures are for comparison within one run. Memory,
+and GetDomain under concurrent load, are bench/footprint.py's: it measures the launcher image's
+own configuration on the real VMM (this benchmark runs the checkout's code in the development
+virtualenv, which is not what a node runs).
 """
 
 from __future__ import annotations
@@ -68,22 +69,6 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
-def memory_kib(pid: int) -> tuple[int, int]:
-    rss, pss, _ = memory_parts_kib(pid)
-    return rss, pss
-
-
-def memory_parts_kib(pid: int) -> tuple[int, int, int]:
-    """RSS, PSS and the anonymous part of PSS (what no other process can share), in KiB."""
-    values = {}
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            key, _, rest = line.partition(":")
-            if key in ("Rss", "Pss", "Pss_Anon"):
-                values[key] = int(rest.split()[0])
-    return values.get("Rss", 0), values.get("Pss", 0), values.get("Pss_Anon", 0)
-
-
 class Run:
     """One launcher with the virt-handler stand-in, in a short temporary root."""
 
@@ -121,7 +106,7 @@ class Run:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-async def bench(launchers: int, idle_seconds: float, node_launchers: int = 10) -> None:
+async def bench(launchers: int, idle_seconds: float) -> None:
     print(f"ch-launcher benchmark (simulated VMM, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f})")
     ready: list[float] = []
     to_running: list[float] = []
@@ -155,23 +140,6 @@ async def bench(launchers: int, idle_seconds: float, node_launchers: int = 10) -
             assert reply.domain
         print(f"  GetDomain round trip       p50 {percentile(samples, 50) * 1000:7.3f} ms   "
               f"p99 {percentile(samples, 99) * 1000:7.3f} ms   (500 calls; target p99 < 2 ms)")
-        rss, pss = memory_kib(run.launcher.pid)
-        vmm = run.launcher.children()
-        print(f"  launcher memory after Sync RSS {rss / 1024:6.1f} MiB   PSS {pss / 1024:6.1f} MiB   "
-              f"(pid {run.launcher.pid}; the VMM, pid {vmm[0] if vmm else '?'}, excluded; target PSS < 40 MiB)")
-        # On a node ~100 launchers map the same image files, so their file-backed pages are shared
-        # and PSS divides them; the anonymous part is each launcher's own. Measure that too.
-        others = [Run() for _ in range(node_launchers - 1)]
-        try:
-            for other in others:
-                await other.start()
-                await other.sync_to_running()
-            rss, pss, anon = memory_parts_kib(run.launcher.pid)
-            print(f"  ... with {node_launchers} launchers running  PSS {pss / 1024:6.1f} MiB   of which anonymous "
-                  f"{anon / 1024:5.1f} MiB (the per-launcher floor however many share the files)")
-        finally:
-            for other in others:
-                await other.close()
         assert bare.stdout is not None and bare.stdout.readline().strip() == b"ready"
         await asyncio.sleep(2.0)  # settle after the GetDomain burst
         l0, b0 = cpu_seconds(run.launcher.pid), cpu_seconds(bare.pid)
@@ -196,10 +164,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--launchers", type=int, default=10, help="fresh launchers for the start and Sync figures")
     parser.add_argument("--idle-seconds", type=float, default=30.0)
-    parser.add_argument("--node-launchers", type=int, default=10,
-                        help="launchers running together for the shared-memory PSS figure")
     args = parser.parse_args()
-    asyncio.run(bench(args.launchers, args.idle_seconds, max(2, args.node_launchers)))
+    asyncio.run(bench(args.launchers, args.idle_seconds))
     return 0
 
 

@@ -16,7 +16,10 @@ MADV_PAGEOUT = 21  # linux/mman.h (Linux 5.4+): reclaim these pages now
 
 def release_memory(maps_path: str = "/proc/self/maps") -> int:
     """Give back what start-up, translation and preparation left resident, once the VM has
-    booted: collect cycles, return free heap pages to the kernel (glibc's malloc_trim), and ask
+    booted: collect cycles, move every object left (modules, models, the plan) to the garbage
+    collector's permanent generation (gc.freeze: later collections never walk them again, so a
+    full collection no longer pauses the event loop for tens of milliseconds in the middle of a
+    GetDomain), return free heap pages to the kernel (glibc's malloc_trim), and ask
     the kernel to reclaim the file pages the launcher has mapped (MADV_PAGEOUT on each
     file-backed mapping: the interpreter, gRPC's and pydantic's shared objects, ...). Start-up
     touched far more of them than serving a running VM does; the pages still in use fault
@@ -30,6 +33,7 @@ def release_memory(maps_path: str = "/proc/self/maps") -> int:
     import gc
 
     gc.collect()
+    gc.freeze()
     advised = 0
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL("libc.so.6", use_errno=True)

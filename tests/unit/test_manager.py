@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import shutil
@@ -173,10 +174,17 @@ def test_releasing_memory_advises_every_file_mapping_and_nothing_else(tmp_path):
              and not line.split(maxsplit=5)[5].startswith("/dev/")]
     anonymous = [line for line in own if len(line.split()) < 6 or line.split()[5].startswith("[")]
     maps.write_text("\n".join(files + anonymous) + "\n")
-    assert release_memory(str(maps)) == len(files)  # anonymous memory and [heap]/[stack] are left alone
+    try:
+        assert release_memory(str(maps)) == len(files)  # anonymous memory and [heap]/[stack] are left alone
+        assert gc.get_freeze_count() > 0  # what is left is out of the collector's way
+    finally:
+        gc.unfreeze()
 
 
 def test_releasing_memory_never_fails(tmp_path):
     from ch_launcher.manager.pod import release_memory
 
-    assert release_memory(str(tmp_path / "absent")) == 0
+    try:
+        assert release_memory(str(tmp_path / "absent")) == 0
+    finally:
+        gc.unfreeze()

@@ -109,10 +109,11 @@ def test_both_formulas_fill_every_row():
     assert set(ch_overhead(vmi()).terms) == set(ROW_KEYS) == set(kubevirt_overhead(vmi()).terms)
 
 
-def test_vmi_fedora_needs_at_most_a_third_of_kubevirts_qemu_overhead():
+def test_vmi_fedora_needs_at_most_72_mib_a_quarter_of_kubevirts_qemu_overhead():
     doc = yaml.safe_load(require_shared(KUBEVIRT_EXAMPLES / "vmi-fedora.yaml").read_text())
     fedora = parse_vmi(doc)
-    assert ch_overhead(fedora).total * 3 <= kubevirt_overhead(fedora).total
+    assert ch_overhead(fedora).total <= 72 * MiB
+    assert ch_overhead(fedora).total * 4 <= kubevirt_overhead(fedora).total
 
 
 @pytest.mark.parametrize(("version", "expected"), [
