@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from demo import CmdClient
 from tests.functional.harness import Harness, RealVmm, make_vmi, wait_for_file
 from tests.functional.pod_probes import capabilities
 
@@ -87,6 +88,25 @@ def test_first_sync_boots_the_vm_and_virt_handler_hears_it_running(vh):
             vmm = vh.vmm_pid()
             assert os.stat(f"/proc/{vmm}").st_uid == 107 and capabilities(vmm)["CapEff"] == 0
             assert capabilities(vh.launcher.pid)["CapEff"] == 1 << 10  # only CAP_NET_BIND_SERVICE
+
+    vh.run(story())
+
+
+def test_a_launcher_run_as_the_image_runs_it_optimized_boots_pauses_and_reports_stats(new_harness):
+    """The launcher image sets PYTHONOPTIMIZE=2 (no asserts, no docstrings; Containerfile): the
+    same Sync, pause and GetDomainStats work that way, ISO writer child included."""
+    vh = new_harness(env={"PYTHONOPTIMIZE": "2", "MALLOC_ARENA_MAX": "2"})
+
+    async def story():
+        await vh.start(wait_ready=False)
+        await vh.launcher.wait_ready(60.0)  # the development virtualenv has no optimized bytecode to load
+        vh.client = CmdClient(vh.layout.cmd_socket)
+        await vh.client.sync(vh.vmi)
+        await vh.recorder.wait_for_status("Running", "Unknown", timeout=60)
+        await vh.client.vmi_command("PauseVirtualMachine", vh.vmi)
+        await vh.recorder.wait_for_status("Paused", "User")
+        stats = await vh.client.get_domain_stats()
+        assert stats["Name"] == f"default_{vh.vmi['metadata']['name']}"
 
     vh.run(story())
 
