@@ -85,6 +85,15 @@ def test_a_running_vm_moves_to_the_target_pod(kind, pair_factory):
             assert migration_of(failed)["EndTimestamp"]
             assert any(e.status == "Paused" and e.reason == "Migration" for e in src.recorder.events)
             assert (await src.client.get_domain())["Status"]["Status"] == "Running"
+            import asyncio
+
+            from tests.guest.console import GuestConsole
+
+            def guest_answers() -> None:  # the resumed guest runs on, on its console in the source pod
+                with GuestConsole(str(src.layout.console_socket(pair.uid))) as guest:
+                    guest.hello()
+
+            await asyncio.to_thread(guest_answers)
             # The proxies never close the target's leg (upstream's handleConnection): the target
             # pod waits until virt-handler's finalCleanup signals it.
             first = tgt.recorder.events[0]
