@@ -8,6 +8,7 @@ endings apart with `FAKE_CH_MIGRATION_FAIL`.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 
@@ -18,6 +19,7 @@ from tests.functional.migration_handler import MigrationPair, migratable_vmi, mi
 from tests.functional.harness import RealVmm
 from tests.functional.pod_fixtures import real_vmm_reason
 from tests.functional.pod_sandbox import missing_requirements
+from tests.guest.console import GuestConsole
 
 pytestmark = pytest.mark.root
 
@@ -85,10 +87,6 @@ def test_a_running_vm_moves_to_the_target_pod(kind, pair_factory):
             assert migration_of(failed)["EndTimestamp"]
             assert any(e.status == "Paused" and e.reason == "Migration" for e in src.recorder.events)
             assert (await src.client.get_domain())["Status"]["Status"] == "Running"
-            import asyncio
-
-            from tests.guest.console import GuestConsole
-
             def guest_answers() -> None:  # the resumed guest runs on, on its console in the source pod
                 with GuestConsole(str(src.layout.console_socket(pair.uid))) as guest:
                     guest.hello()
