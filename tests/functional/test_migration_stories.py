@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 
 import pytest
 
@@ -120,8 +121,6 @@ def test_a_running_vm_moves_to_the_target_pod(kind, pair_factory):
         assert (await tgt.client.get_domain())["Status"]["Status"] == "Running"
         assert tgt.launcher.poll() is None
         # virtctl console reaches the guest in its new pod (the simulated guest echoes).
-        import asyncio
-
         reader, writer = await asyncio.open_unix_connection(str(tgt.layout.console_socket(pair.uid)))
         writer.write(b"still-here")
         seen = b""
@@ -138,9 +137,6 @@ SLOW = {"Bandwidth": "8Mi"}  # 64 MiB then take ~8 s: time to act in the middle 
 
 async def wait_for_progress(pair: MigrationPair, at_least: int, timeout: float = 30.0) -> dict:
     """GetDomainStats' MigrateDomainJobInfo once `DataProcessed` reaches `at_least` bytes."""
-    import asyncio
-    import time
-
     deadline = time.monotonic() + timeout
     while True:
         stats = await pair.source.client.get_domain_stats()
