@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import functools
@@ -39,6 +40,7 @@ T = TypeVar("T")
 
 STARTED_PHASES = ("Running", "Succeeded", "Failed")  # vmi.IsRunning() || vmi.IsFinal()
 _ALIVE = (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED)  # a VMM runs the VM
+_EVENT_OF_CALL = {"pause": "vm:paused", "resume": "vm:resumed"}  # the state-changing event of a call
 
 
 @dataclass
@@ -84,6 +86,11 @@ class DomainManager(LiveChanges, Migrating):
         self.booted_once = asyncio.Event()   # a VM booted at least once ("domain defined")
         self.forgotten = asyncio.Event()     # the final deletion event has been queued
         self._closed = False
+        # Events the answer to our own call has told of already: the VMM writes its events from a
+        # thread of its own, so vm:paused may arrive after a later vm.resume has returned, and
+        # must not take the state back (seen on the real v53.0; FAKE_CH_EVENT_DELAY).
+        self._told: collections.Counter[str] = collections.Counter()
+        self._seen: collections.Counter[str] = collections.Counter()  # events heard from the current VMM
 
     # --- queries (no lock, no I/O) -------------------------------------------------------------
 
@@ -341,6 +348,8 @@ class DomainManager(LiveChanges, Migrating):
         except VmmStartError as e:
             raise CommandFailed(f"cannot start cloud-hypervisor: {e}") from None
         self._vm.killing = self._vm.saw_shutdown = False
+        self._told.clear()
+        self._seen.clear()
         try:
             version = await self._host.wait_ready(vmm)
         except VmmStartError as e:
@@ -426,6 +435,7 @@ class DomainManager(LiveChanges, Migrating):
         vmm = self._host.current
         if vmm is None:
             raise CommandFailed(lifecycle.NOT_RUNNING)
+        seen = dict(self._seen)
         try:
             await self._api(call, vmm.client)
         except ChApiError as e:
@@ -437,6 +447,7 @@ class DomainManager(LiveChanges, Migrating):
             self._believe(observed)
             if new_state is not None and self._vm.state is new_state:
                 log.warning("%s: %s; but the VMM says the VM is %s now: done", what, e, new_state.value)
+                self._told_by_answer(what, seen)
                 return
             if new_state is None and isinstance(e, VmmUnavailable) and e.exiting:
                 log.info("%s: the VMM is exiting (%s); its exit will tell how the VM ended", what, e)
@@ -451,7 +462,14 @@ class DomainManager(LiveChanges, Migrating):
                 raise CommandFailed(lifecycle.DOMAIN_NOT_FOUND) from None
             raise CommandFailed(f"{what} failed: {e}") from None
         if new_state is not None:
-            self._set_state(new_state)  # the VMM's event that follows forces the notification
+            self._told_by_answer(what, seen)
+            self._set_state(new_state)
+
+    def _told_by_answer(self, what: str, seen_before: dict[str, int]) -> None:
+        """The answer to `what` has set the state: its event, unless already heard, is stale news."""
+        event = _EVENT_OF_CALL.get(what)
+        if event is not None and self._seen[event] == seen_before.get(event, 0):
+            self._told[event] += 1
 
     async def _reread(self) -> str | None:
         """The current VMM's own word on its VM (Kata's habit: read vm.info, do not trust memory):
@@ -511,8 +529,12 @@ class DomainManager(LiveChanges, Migrating):
         vm = self._vm
         name = event.name
         log.info("cloud-hypervisor event %s%s", name, f" {event.properties}" if event.properties else "")
+        self._seen[name] += 1
         if self._migration_event(event):
             return
+        if self._told[name]:
+            self._told[name] -= 1
+            return  # the answer to our call came first and said so: a late event changes nothing
         if name == "vm:shutdown":
             vm.saw_shutdown = True
             if vm.soft_reboot and not vm.killing:

@@ -234,6 +234,7 @@ class FakeCloudHypervisor:
         self.hang_endpoint = os.environ.get("FAKE_CH_HANG_ENDPOINT", "").strip()
         self.dropped_events = {e.strip() for e in os.environ.get("FAKE_CH_DROP_EVENTS", "").split(",") if e.strip()}
         self.slow_endpoints = parse_slow_endpoints(os.environ.get("FAKE_CH_SLOW_ENDPOINT", ""))
+        self.event_delay = env_seconds("FAKE_CH_EVENT_DELAY", 0.0)
         self.stalled = False  # a slow answer is pending: no other request is served meanwhile
         self.exit_linger = env_seconds("FAKE_CH_EXIT_LINGER", 0.0)
         self.lingering = False  # the VMM thread has stopped; the API thread still answers
@@ -289,12 +290,21 @@ class FakeCloudHypervisor:
             self.log("WARN", f"event {source}:{event} not written (FAKE_CH_DROP_EVENTS)")
             return
         data = (json.dumps(obj, indent=2, ensure_ascii=False) + "\n\n").encode()  # serde: raw UTF-8
+        if self.event_delay:
+            # CH's event-monitor thread writes later, in order, and not at all once the process
+            # has exited (it is not joined): the timers run in order and die with the process.
+            self.schedule(self.event_delay, lambda: self.write_event(data, f"{source}:{event}"))
+            return
+        self.write_event(data, f"{source}:{event}")
+
+    def write_event(self, data: bytes, name: str) -> None:
+        assert self.event_fd is not None
         try:
             os.write(self.event_fd, data)
         except BlockingIOError:
-            self.log("WARN", f"event monitor is full, dropped {source}:{event}")
+            self.log("WARN", f"event monitor is full, dropped {name}")
         except OSError as exc:
-            self.log("WARN", f"event monitor write failed ({exc}), dropped {source}:{event}")
+            self.log("WARN", f"event monitor write failed ({exc}), dropped {name}")
 
     def schedule(self, delay: float, fn: Callable[[], None]) -> None:
         self.timer_seq += 1

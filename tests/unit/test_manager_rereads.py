@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -144,4 +145,26 @@ def test_a_shutdown_repeated_while_the_vmm_exits_after_the_guests_poweroff_succe
         assert await manager.wait_until(lambda: manager.state is VmState.DOWN, 10)
         assert _statuses(sink)[-1] == ("Shutoff", "Shutdown")  # exit code 0: a clean guest shutdown
 
+    _run(manager, story)
+
+
+def test_events_that_arrive_after_the_answers_do_not_take_the_state_back(layout, caplog):
+    # The real VMM writes its events from a thread of its own: vm:paused may come after the
+    # vm.resume that followed has returned. The Domain goes Paused/User, Running, and stays so.
+    raw = make_vmi()
+    manager, sink = _manager(layout, raw, vmm_env={"FAKE_CH_EVENT_DELAY": "0.3"})
+    vmi = parse_vmi(raw)
+
+    async def story():
+        await manager.execute(Intent.SYNC, vmi, budget=15)
+        await manager.execute(Intent.PAUSE, vmi)
+        await manager.execute(Intent.UNPAUSE, vmi)
+        deadline = time.monotonic() + 10
+        while not any("event vm:resumed" in r.getMessage() for r in caplog.records):  # the late events
+            assert time.monotonic() < deadline, "vm:resumed never came"
+            await asyncio.sleep(0.02)
+        assert _statuses(sink) == [("Running", "Unknown"), ("Paused", "User"), ("Running", "Unknown")]
+        assert manager.state is VmState.RUNNING
+
+    caplog.set_level("INFO", logger="ch_launcher.manager.core")
     _run(manager, story)
