@@ -4,8 +4,11 @@ Both read YAML or JSON (several `---` documents per file; `-` is standard input)
 touch a cluster. `check` sends every VMI-bearing object (VMI, VM, VMI replica set, VM pool)
 through the same `rules.validate()` the server uses, as a CREATE, and prints the verdict, each
 cause's field path and each warning; exit status 1 when any object is denied, 2 when a file
-cannot be read. `overhead` prints, per VMI (owners: their template), the Cloud Hypervisor
-overhead beside KubeVirt's QEMU figure term by term, their totals and ratio.
+cannot be read or is not what `kubectl apply -f` takes: no object at all (an empty file), a
+document that is not an object (a YAML list, a bare string), an object without kind or
+apiVersion. Nothing is printed on standard output then; the error names the document.
+`overhead` prints, per VMI (owners: their template), the Cloud Hypervisor overhead beside
+KubeVirt's QEMU figure term by term, their totals and ratio (the same input errors: exit 2).
 """
 
 from __future__ import annotations
@@ -44,11 +47,31 @@ def documents(path: str) -> Iterator[tuple[str, Any]]:
     except yaml.YAMLError as e:
         raise InputError(f"{path}: not valid YAML or JSON: {e}".replace("\n", " ")) from None
     for i, doc in enumerate(docs):
-        if doc is None:
+        if doc is None:  # an empty document (`---` with nothing, or only comments)
             continue
-        items = doc.get("items") if _kind(doc).endswith("List") else None
-        for j, item in enumerate(items if isinstance(items, list) else [doc]):
-            yield f"{path}#{i}" + (f".items[{j}]" if items is not None else ""), item
+        _require_object(f"{path}#{i}", doc)
+        if not _kind(doc).endswith("List"):
+            yield f"{path}#{i}", doc
+            continue
+        items = doc.get("items")
+        if not isinstance(items, list):
+            raise InputError(f"{path}#{i}: a {doc['kind']} whose items is not a list")
+        for j, item in enumerate(items):
+            _require_object(f"{path}#{i}.items[{j}]", item)
+            yield f"{path}#{i}.items[{j}]", item
+
+
+def _require_object(label: str, doc: Any) -> None:
+    """As `kubectl apply -f` refuses them: a document that is not a mapping (a YAML list, a bare
+    string), or one without a string kind and apiVersion."""
+    if isinstance(doc, list):
+        raise InputError(f"{label}: a YAML list is not a Kubernetes object; write one object per document "
+                         f"(separated by ---) or a List with items")
+    if not isinstance(doc, dict):
+        raise InputError(f"{label}: {type(doc).__name__} {doc!r} is not a Kubernetes object")
+    for key in ("apiVersion", "kind"):
+        if not isinstance(doc.get(key), str) or not doc[key]:
+            raise InputError(f"{label}: not a Kubernetes object: {key} not set")
 
 
 def _kind(doc: Any) -> str:
@@ -93,7 +116,10 @@ def _inputs(ns: argparse.Namespace) -> tuple[Config, list[tuple[str, dict[str, A
         config = load_config(ns.config)
     except ConfigError as e:
         raise InputError(str(e)) from None
-    objects = [(label, doc) for path in ns.files for label, doc in documents(path) if _kind(doc) in TEMPLATE_PATHS]
+    every = [(label, doc) for path in ns.files for label, doc in documents(path)]
+    if not every:
+        raise InputError(f"no objects passed to {ns.command} (as kubectl says of an empty file)")
+    objects = [(label, doc) for label, doc in every if _kind(doc) in TEMPLATE_PATHS]
     return config, objects
 
 

@@ -25,7 +25,7 @@ def run(argv):
 def test_check_prints_each_verdict_with_field_paths_and_exits_1_on_a_denial(tmp_path):
     path = tmp_path / "objs.yaml"
     path.write_text(yaml.safe_dump_all([b.vmi(annotations=b.CH), b.vm(b.undecodable_disks(b.vmi(annotations=b.CH), 2)),
-                                        b.vmi(name="plain"), {"kind": "ConfigMap"}]))
+                                        b.vmi(name="plain"), {"apiVersion": "v1", "kind": "ConfigMap"}]))
     code, out = run(["check", str(path)])
     assert code == 1
     assert f"{path}#0: VirtualMachineInstance testvmi: allowed" in out
@@ -37,7 +37,7 @@ def test_check_prints_each_verdict_with_field_paths_and_exits_1_on_a_denial(tmp_
 
 def test_check_reads_json_and_lists_and_exits_0_when_all_pass(tmp_path):
     path = tmp_path / "list.json"
-    path.write_text(json.dumps({"kind": "List", "items": [b.vmi(annotations=b.CH), b.pool(b.vmi(annotations=b.CH))]}))
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [b.vmi(annotations=b.CH), b.pool(b.vmi(annotations=b.CH))]}))
     code, out = run(["check", str(path)])
     assert code == 0 and "2 checked, 0 denied" in out
 
@@ -91,11 +91,34 @@ def test_overhead_reports_a_vmi_with_a_bad_quantity(tmp_path):
 
 
 @pytest.mark.parametrize("command", ["check", "overhead"])
-def test_documents_whose_kind_is_not_a_string_are_skipped_not_crashed_on(tmp_path, command):
+@pytest.mark.parametrize("text, error", [
+    ("", "no objects passed to {command} (as kubectl says of an empty file)"),
+    ("# only a comment\n---\n", "no objects passed to {command} (as kubectl says of an empty file)"),
+    ("- apiVersion: kubevirt.io/v1\n  kind: VirtualMachineInstance\n",
+     "{path}#0: a YAML list is not a Kubernetes object; write one object per document (separated by ---) or a "
+     "List with items"),
+    ("just a string\n", "{path}#0: str 'just a string' is not a Kubernetes object"),
+    ("apiVersion: v1\nkind: 5\n", "{path}#0: not a Kubernetes object: kind not set"),
+    ("kind: VirtualMachineInstance\n", "{path}#0: not a Kubernetes object: apiVersion not set"),
+    ("apiVersion: v1\nkind: List\nitems: 3\n", "{path}#0: a List whose items is not a list"),
+    ("apiVersion: v1\nkind: List\nitems: [[1]]\n",
+     "{path}#0.items[0]: a YAML list is not a Kubernetes object; write one object per document (separated by ---) "
+     "or a List with items"),
+])
+def test_what_kubectl_apply_refuses_is_exit_2_naming_the_document(tmp_path, capsys, command, text, error):
+    """As `kubectl apply -f` (`error: no objects passed to apply`, `invalid object to validate`),
+    but with the exit status 2 of unusable input; an object it would take is checked as before."""
     path = tmp_path / "odd.yaml"
-    path.write_text("kind: 5\n---\nkind: [VirtualMachineInstance]\n---\n- 1\n---\nkind: List\nitems: 3\n---\n"
-                    + yaml.safe_dump(b.vmi(annotations=b.CH)))
-    code, out = run([command, str(path)])
-    assert code == 0
-    assert f"{path}#4: VirtualMachineInstance testvmi" in out
-    assert "#0" not in out and "#1" not in out
+    path.write_text(text + "---\n" + yaml.safe_dump(b.vmi(annotations=b.CH)) if "#0" in error else text)
+    assert main([command, str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == "error: " + error.format(command=command, path=path) + "\n"
+
+
+def test_objects_of_other_kinds_are_passed_over(tmp_path):
+    path = tmp_path / "mixed.yaml"
+    path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\n" + yaml.safe_dump(b.vmi(annotations=b.CH)))
+    code, out = run(["check", str(path)])
+    assert code == 0 and out.splitlines()[0] == f"{path}#1: VirtualMachineInstance testvmi: allowed"
+    assert out.splitlines()[-1] == "1 checked, 0 denied"
