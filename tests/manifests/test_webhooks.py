@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from admission import cli as admission_cli
@@ -93,20 +95,30 @@ def test_the_addon_and_system_namespaces_are_skipped(default_install):
         assert set(expr["values"]) == SKIPPED_NAMESPACES, hook["name"]
 
 
+def selection(hook):
+    (cond,) = [c for c in hook["matchConditions"] if c["name"] == "selects-cloud-hypervisor"]
+    return cond
+
+
 def test_match_conditions_test_the_annotation_key_and_value(default_install):
     for hook in all_webhooks(default_install):
-        (cond,) = hook["matchConditions"]
+        cond = selection(hook)
         assert f"'{samples.KEY}'" in cond["expression"], hook["name"]
         assert "'cloud-hypervisor'" in cond["expression"], hook["name"]
+
+
+def test_validating_webhooks_are_called_on_update_only_for_what_may_change_the_verdict(webhooks):
+    for hook in validating(webhooks).values():
+        assert [c["name"] for c in hook["matchConditions"]] == ["selects-cloud-hypervisor", "may-change-the-verdict"]
 
 
 def test_match_conditions_guard_every_level_and_read_old_object_only_on_update(default_install):
     """cel-go errors on a missing field, and an error follows failurePolicy: Fail, which would
     refuse every VMI (or launcher pod) that lacks, say, annotations. oldObject is null on CREATE."""
     for hook in all_webhooks(default_install):
-        (cond,) = hook["matchConditions"]
-        assert unguarded_accesses(cond["expression"]) == [], hook["name"]
-        assert old_object_outside_update(cond["expression"]) == [], hook["name"]
+        for cond in hook["matchConditions"]:
+            assert unguarded_accesses(cond["expression"]) == [], (hook["name"], cond["name"])
+            assert old_object_outside_update(cond["expression"]) == [], (hook["name"], cond["name"])
 
 
 def test_the_guard_checker_finds_an_unguarded_read():
@@ -132,19 +144,79 @@ def test_owners_annotated_on_themselves_reach_the_server_so_it_can_say_where_the
     assert webhook_matches(hook, kind, obj)
 
 
-@pytest.mark.parametrize("kind,make", [
-    ("VirtualMachineInstance", samples.vmi), ("VirtualMachine", samples.vm),
-    ("VirtualMachineInstanceReplicaSet", samples.replicaset), ("VirtualMachinePool", samples.pool),
-])
-def test_updates_that_add_remove_or_keep_the_selection_reach_the_server(webhooks, kind, make):
+def hook_for(webhooks, kind):
     (hook,) = [h for h in validating(webhooks).values() if VALIDATING_WEBHOOKS[h["name"]][0] == kind]
-    ch, plain, other = make(samples.CH), make(), make(samples.OTHER)
-    assert webhook_matches(hook, kind, ch, old=plain, operation="UPDATE")       # added
-    assert webhook_matches(hook, kind, plain, old=ch, operation="UPDATE")       # removed
-    assert webhook_matches(hook, kind, other, old=ch, operation="UPDATE")       # changed
-    assert webhook_matches(hook, kind, ch, old=ch, operation="UPDATE")          # kept (spec may change)
-    assert not webhook_matches(hook, kind, plain, old=plain, operation="UPDATE")
-    assert not webhook_matches(hook, kind, other, old=plain, operation="UPDATE")
+    return hook
+
+
+def changed(obj, *path, value):
+    out = copy.deepcopy(obj)
+    node = out
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    return out
+
+
+TEMPLATE = {"VirtualMachine": ("spec", "template"), "VirtualMachineInstanceReplicaSet": ("spec", "template"),
+            "VirtualMachinePool": ("spec", "virtualMachineTemplate", "spec", "template")}
+OWNERS = [("VirtualMachine", samples.vm), ("VirtualMachineInstanceReplicaSet", samples.replicaset),
+          ("VirtualMachinePool", samples.pool)]
+
+
+def test_a_vmis_selection_added_removed_or_changed_reaches_the_server(webhooks):
+    hook = hook_for(webhooks, "VirtualMachineInstance")
+    ch, plain, other = samples.vmi(samples.CH), samples.vmi(), samples.vmi(samples.OTHER)
+    for new, old in ((ch, plain), (plain, ch), (other, ch)):
+        assert webhook_matches(hook, "VirtualMachineInstance", new, old=old, operation="UPDATE")
+    assert not webhook_matches(hook, "VirtualMachineInstance", plain, old=plain, operation="UPDATE")
+    assert not webhook_matches(hook, "VirtualMachineInstance", other, old=plain, operation="UPDATE")
+
+
+def test_a_spec_change_of_a_ch_vmi_reaches_the_server_and_metadata_changes_do_not(webhooks):
+    """Hotplug changes the spec; KubeVirt's labels, annotations and finalizers do not, and must
+    go through while the server is down (finalizer removal above all)."""
+    hook = hook_for(webhooks, "VirtualMachineInstance")
+    ch = samples.vmi(samples.CH)
+    assert webhook_matches(hook, "VirtualMachineInstance", changed(ch, "spec", "domain", "devices", value={"disks": []}),
+                           old=ch, operation="UPDATE")
+    for new in (ch, changed(ch, "metadata", "labels", value={"kubevirt.io/outdatedLauncherImage": ""}),
+                changed(ch, "metadata", "finalizers", value=["kubevirt.io/virtualMachineControllerFinalize"]),
+                changed(ch, "metadata", "annotations", value={**samples.CH, "kubevirt.io/latest-observed-api-version": "v1"})):
+        assert not webhook_matches(hook, "VirtualMachineInstance", new, old=ch, operation="UPDATE")
+        assert not webhook_matches(hook, "VirtualMachineInstance", ch, old=new, operation="UPDATE")
+
+
+@pytest.mark.parametrize("kind", ["VirtualMachineInstance", *TEMPLATE])
+def test_nothing_reaches_the_server_while_an_object_is_being_deleted(webhooks, kind):
+    make = dict(OWNERS).get(kind, samples.vmi)
+    old = make(samples.CH)
+    deleting = changed(old, "metadata", "deletionTimestamp", value="2026-01-01T00:00:00Z")
+    hook = hook_for(webhooks, kind)
+    assert not webhook_matches(hook, kind, deleting, old=old, operation="UPDATE")
+    if kind == "VirtualMachineInstance":
+        # even the annotation removed from a VMI being deleted: nothing runs any more
+        unannotated = changed(deleting, "metadata", "annotations", value={})
+        assert not webhook_matches(hook, kind, unannotated, old=deleting, operation="UPDATE")
+
+
+@pytest.mark.parametrize("kind,make", OWNERS)
+def test_an_owners_template_change_reaches_the_server_and_nothing_else_does(webhooks, kind, make):
+    """Starting, stopping and scaling do not wait for the server; removing the selection from the
+    template is allowed anyway (the way back to QEMU), so it needs no call either."""
+    hook = hook_for(webhooks, kind)
+    ch, plain = make(samples.CH), make()
+    spec_of_template = TEMPLATE[kind] + ("spec",)
+    assert webhook_matches(hook, kind, ch, old=plain, operation="UPDATE")  # the selection added
+    assert webhook_matches(hook, kind, changed(ch, *spec_of_template, value={"domain": {"cpu": {"cores": 2}}}),
+                           old=ch, operation="UPDATE")
+    assert not webhook_matches(hook, kind, plain, old=ch, operation="UPDATE")  # removed
+    others = [changed(ch, "metadata", "labels", value={"a": "b"}), changed(ch, "spec", "replicas", value=5),
+              changed(ch, "metadata", "finalizers", value=["x/y"])]
+    if kind == "VirtualMachine":
+        others.append(changed(ch, "spec", "runStrategy", value="Halted"))
+    for new in others:
+        assert not webhook_matches(hook, kind, new, old=ch, operation="UPDATE")
 
 
 def test_launcher_pods_of_other_vmis_never_reach_the_server(webhooks):
