@@ -32,9 +32,10 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from admission import mutate, rules
-from admission.cluster import KubeVirtStatus
+from admission.cluster import KubeVirtStatus, conditions
 from admission.config import Config, ConfigError, load_config
 from admission.kube import KubeClient, KubeError
+from admission.report import ConditionReporter, EventPoster
 from admission.review import ReviewError, http_error_status, is_json_content_type, parse_review
 from admission.tls import ReloadingTLS, TLSFilesError
 
@@ -68,16 +69,22 @@ class Metrics:
                                    registry=self.registry)
         self.cert_loaded = Gauge("ch_admission_certificate_loaded_timestamp_seconds",
                                  "When the serving certificate in use was loaded", registry=self.registry)
+        self.cluster_condition = Gauge("ch_admission_cluster_condition",
+                                       "1 while a cluster-wide condition holds (docs/operations.md §7)",
+                                       ["condition"], registry=self.registry)
 
 
 class KubeVirtCache:
     """The cluster's KubeVirt status, read once and refreshed every KUBEVIRT_TTL; after a failed
-    refresh the last good status is kept (a stale version beats refusing everything)."""
+    refresh the last good status is kept (a stale version beats refusing everything).
+    `fetched` is the latest read as it came, failed or not."""
 
-    def __init__(self, fetch: Callable[[], KubeVirtStatus], run: Callable[[Callable[[], Any]], Awaitable[Any]]):
-        self._fetch, self._run = fetch, run
+    def __init__(self, fetch: Callable[[], KubeVirtStatus], run: Callable[[Callable[[], Any]], Awaitable[Any]],
+                 on_refresh: Callable[[KubeVirtStatus, KubeVirtStatus], None] | None = None):
+        self._fetch, self._run, self._on_refresh = fetch, run, on_refresh
         self._value: KubeVirtStatus | None = None
         self._good: KubeVirtStatus | None = None
+        self.fetched: KubeVirtStatus | None = None
         self._expires = 0.0
         self._lock = asyncio.Lock()
 
@@ -87,15 +94,25 @@ class KubeVirtCache:
         async with self._lock:
             if self._value is not None and time.monotonic() < self._expires:
                 return self._value
-            status = await self._run(self._fetch)
-            if status.version is not None:
-                self._good = status
-            elif self._good is not None:
-                log.warning("cannot refresh the KubeVirt status (%s); keeping %s", status.error, self._good.version)
-                status = self._good
-            self._value = status
-            self._expires = time.monotonic() + (KUBEVIRT_TTL if status.version else KUBEVIRT_ERROR_TTL)
-            return status
+            return await self._refresh_locked()
+
+    async def refresh(self) -> KubeVirtStatus:
+        """Read now, whatever the TTL; the status the webhooks will use."""
+        async with self._lock:
+            return await self._refresh_locked()
+
+    async def _refresh_locked(self) -> KubeVirtStatus:
+        status = self.fetched = await self._run(self._fetch)
+        if status.version is not None:
+            self._good = status
+        elif self._good is not None:
+            log.warning("cannot refresh the KubeVirt status (%s); keeping %s", status.error, self._good.version)
+            status = self._good
+        self._value = status
+        self._expires = time.monotonic() + (KUBEVIRT_TTL if status.version else KUBEVIRT_ERROR_TTL)
+        if self._on_refresh is not None:
+            self._on_refresh(self.fetched, status)
+        return status
 
 
 @dataclass
@@ -108,12 +125,16 @@ class Server:
     metrics: Metrics = field(default_factory=Metrics)
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(8, "ch-admission-api"))
     kubevirt: KubeVirtCache | None = None
+    events: EventPoster | None = None  # where Events about cluster-wide conditions go (serve() sets it)
+    reporter: ConditionReporter | None = None
     _ready_until: float = 0.0
     _ready_error: str = "not checked yet"
+    _background: set[asyncio.Future[Any]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
+        self.reporter = ConditionReporter(self.metrics.cluster_condition)
         if self.kube is not None and self.kubevirt is None:
-            self.kubevirt = KubeVirtCache(self._read_kubevirt, self.run)
+            self.kubevirt = KubeVirtCache(self._read_kubevirt, self.run, self._report)
 
     async def run(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
@@ -129,6 +150,18 @@ class Server:
 
     async def kubevirt_status(self) -> KubeVirtStatus | None:
         return await self.kubevirt.get() if self.kubevirt is not None else None
+
+    def _report(self, fetched: KubeVirtStatus, effective: KubeVirtStatus) -> None:
+        """After every read of the KubeVirt CR: the cluster-wide conditions to the log, the
+        metric and (in the thread pool, not holding up any answer) Events."""
+        assert self.reporter is not None
+        where = f"{self.config.kubevirt.namespace}/{self.config.kubevirt.name}"
+        events = self.reporter.update(conditions(fetched, effective, self.config.kubevirt.version_range, where))
+        if events and self.events is not None:
+            poster = self.events
+            task = asyncio.ensure_future(self.run(lambda: poster.post(events)))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
 
 class _Answer(Exception):
@@ -293,6 +326,18 @@ async def _self_signed_loop(server: Server, ns: argparse.Namespace) -> None:
             log.warning("certificate re-check failed, will retry: %s", e)
 
 
+async def _kubevirt_loop(server: Server) -> None:
+    """Read the KubeVirt CR at start-up and every KUBEVIRT_TTL, so that the cluster-wide conditions
+    are reported (Server._report) even while no VMI is being created."""
+    assert server.kubevirt is not None
+    while True:
+        try:
+            await server.kubevirt.refresh()
+        except Exception:  # noqa: BLE001 - the next round retries; the webhooks read on their own
+            log.exception("reading the KubeVirt CR failed")
+        await asyncio.sleep(KUBEVIRT_TTL)
+
+
 async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
     """`work`'s result, or None (work cancelled) if `stop` is set first."""
     working = asyncio.ensure_future(work)
@@ -318,6 +363,9 @@ async def serve(ns: argparse.Namespace, config: Config, kube: KubeClient | None)
         loop.add_signal_handler(sig, stop.set)
     runner: web.AppRunner | None = None
     renewal: asyncio.Task[None] | None = None
+    watching: asyncio.Task[None] | None = None
+    if kube is not None:
+        server.events = EventPoster(kube, ns.namespace, ns.deployment)
     try:
         if ns.self_signed:
             # The first round retries an unreachable API server for about a minute; a SIGTERM
@@ -341,13 +389,15 @@ async def serve(ns: argparse.Namespace, config: Config, kube: KubeClient | None)
         port = next(iter(runner.addresses))[1]
         log.info("serving https://%s:%d (validate, mutate-pod, healthz, readyz, metrics)", ns.address, port)
         renewal = asyncio.create_task(_self_signed_loop(server, ns)) if ns.self_signed else None
+        watching = asyncio.create_task(_kubevirt_loop(server)) if server.kubevirt is not None else None
         await stop.wait()
         log.info("shutting down")
     finally:
-        if renewal:
-            renewal.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewal
+        for task in (renewal, watching, *server._background):
+            if task:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if runner is not None:
             await runner.cleanup()
         server.executor.shutdown(wait=False, cancel_futures=True)

@@ -23,6 +23,7 @@ DEFAULT_PORT = 8443
 DEFAULT_CERT_DIR = "/var/run/ch-admission/certs"
 DEFAULT_NAMESPACE = "kubevirt-ch"
 DEFAULT_SERVICE = "ch-admission"
+DEFAULT_DEPLOYMENT = "ch-admission"
 DEFAULT_CERT_SECRET = "ch-admission-tls"
 DEFAULT_WEBHOOK_CONFIGURATIONS = "kubevirt-ch-validator,kubevirt-ch-launcher-mutator"
 
@@ -52,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE,
                        help="the add-on's namespace (default: $POD_NAMESPACE, else %(default)s)")
     serve.add_argument("--service", default=DEFAULT_SERVICE, help="the webhook Service name (default %(default)s)")
+    serve.add_argument("--deployment", default=DEFAULT_DEPLOYMENT,
+                       help="the server's own Deployment, which Events about cluster-wide conditions are about "
+                            "(default %(default)s)")
     serve.add_argument("--cert-secret", default=DEFAULT_CERT_SECRET,
                        help="Secret holding the self-managed certificates (default %(default)s)")
     serve.add_argument("--webhook-configurations", default=DEFAULT_WEBHOOK_CONFIGURATIONS,

@@ -1,6 +1,6 @@
 """What the webhooks know about the cluster's KubeVirt, and the version gate built on it. Pure.
 
-`KubeVirtStatus` is read from the KubeVirt CR (`kube.py` does the reading and caching):
+`KubeVirtStatus` is read from the KubeVirt CR (`kube.py` reads it, `app.py` caches it):
 `status.observedKubeVirtVersion` and the network binding plugins' declared memory overheads
 (`spec.configuration.network.binding[<name>].computeResourceOverhead.requests.memory`).
 
@@ -11,6 +11,10 @@ pod (the authoritative point: that is where ch-launcher meets this cluster's vir
 in the validating webhook on CREATE only, so that `kubectl apply` of a new CH object fails early
 with a clear message while updates of existing objects (including KubeVirt's own) are never
 blocked by it.
+
+`conditions()`: what about the cluster concerns every Cloud Hypervisor VMI at once (the CR cannot
+be read, its version is outside the range, its workload updater would evict or migrate them).
+The server reports these to operators, not to the authors of VMIs.
 """
 
 from __future__ import annotations
@@ -81,21 +85,58 @@ def version_problem(status: KubeVirtStatus | None, supported: VersionRange) -> s
             f"release supports KubeVirt {supported}")
 
 
-def workload_update_warning(status: KubeVirtStatus | None) -> str | None:
-    """A warning when the cluster's workload updater will act on Cloud Hypervisor VMIs.
+# The conditions of the cluster that concern every Cloud Hypervisor VMI at once. They are told to
+# operators (the server's log, the metric ch_admission_cluster_condition, Events on the server's
+# Deployment: admission/app.py), never as a warning on a user's VMI, whose author can do nothing
+# about them.
+KUBEVIRT_UNREADABLE = "KubeVirtUnreadable"
+KUBEVIRT_UNSUPPORTED = "KubeVirtVersionUnsupported"
+WORKLOAD_UPDATE_EVICT = "WorkloadUpdateEvict"
+WORKLOAD_UPDATE_LIVE_MIGRATE = "WorkloadUpdateLiveMigrate"
+CONDITIONS = (KUBEVIRT_UNREADABLE, KUBEVIRT_UNSUPPORTED, WORKLOAD_UPDATE_EVICT, WORKLOAD_UPDATE_LIVE_MIGRATE)
 
-    virt-controller labels every VMI whose launcher image is not its own
-    `kubevirt.io/outdatedLauncherImage`, so a CH VMI is always "outdated"; with `Evict` the
-    workload updater evicts it in batches (a restart loop for `runStrategy: Always`), with
-    `LiveMigrate` it keeps migrating it (kubevirt pkg/virt-controller/watch/
-    workload-updater/workload-updater.go@d923fdb815cd; docs/operations.md §7).
+
+@dataclass(frozen=True)
+class Condition:
+    """One cluster-wide condition that holds: `name` (one of CONDITIONS: a metric label and an
+    Event reason) and a one-line `message` for operators."""
+
+    name: str
+    message: str
+
+
+def conditions(fetched: KubeVirtStatus, effective: KubeVirtStatus, supported: VersionRange,
+               where: str) -> list[Condition]:
+    """The conditions that hold, in CONDITIONS order.
+
+    `fetched` is the last read of the KubeVirt CR `where` (e.g. "kubevirt/kubevirt"), `effective`
+    what the webhooks use (the last good read when the latest one failed). The workload updater
+    (kubevirt pkg/virt-controller/watch/workload-updater/workload-updater.go@d923fdb815cd) treats
+    every VMI whose launcher image is not virt-controller's own as outdated
+    (`kubevirt.io/outdatedLauncherImage`), so every Cloud Hypervisor VMI: with `Evict` it evicts
+    them in batches, again after each restart; with `LiveMigrate` it keeps migrating them
+    (docs/operations.md §7).
     """
-    if status is None:
-        return None
-    if "Evict" in status.update_methods:
-        return ("KubeVirt's workloadUpdateMethods include Evict: Cloud Hypervisor VMIs always look outdated "
-                "and get evicted (docs/operations.md §7)")
-    if "LiveMigrate" in status.update_methods:
-        return ("KubeVirt's workloadUpdateMethods include LiveMigrate: Cloud Hypervisor VMIs always look outdated "
-                "and get migrated again and again (docs/operations.md §7)")
-    return None
+    found: list[Condition] = []
+    if fetched.version is None:
+        consequence = (f"the last version read, {effective.version}, stays in use" if effective.version
+                       else "new Cloud Hypervisor VMIs and their launcher pods are refused until it can be read")
+        found.append(Condition(KUBEVIRT_UNREADABLE, f"cannot read KubeVirt {where} ({fetched.error or 'unknown'}): "
+                                                    f"{consequence}"))
+    if effective.version is not None:
+        problem = version_problem(effective, supported)
+        if problem:
+            found.append(Condition(KUBEVIRT_UNSUPPORTED, f"KubeVirt {where}: {problem}; new Cloud Hypervisor VMIs "
+                                                         f"and their launcher pods are refused"))
+    methods = "[" + ", ".join(effective.update_methods) + "]"
+    if "Evict" in effective.update_methods:
+        found.append(Condition(WORKLOAD_UPDATE_EVICT,
+                               f"KubeVirt {where} has workloadUpdateMethods {methods}: its workload updater treats "
+                               f"every Cloud Hypervisor VMI as outdated and evicts it, again after each restart "
+                               f"(docs/operations.md §7)"))
+    if "LiveMigrate" in effective.update_methods:
+        found.append(Condition(WORKLOAD_UPDATE_LIVE_MIGRATE,
+                               f"KubeVirt {where} has workloadUpdateMethods {methods}: its workload updater treats "
+                               f"every Cloud Hypervisor VMI as outdated and keeps live-migrating it "
+                               f"(docs/operations.md §7)"))
+    return found

@@ -2,8 +2,9 @@
 the server runs these in a thread pool.
 
 `KubeClient` wraps exactly what the server needs (RBAC in docs/admission.md): read a VMI, read
-the KubeVirt CR, read/create/update its own Secret, get/patch its webhook configurations, and
-`/version` for readiness. Every failure is raised as `KubeError` with the HTTP status (0 when
+the KubeVirt CR, read/create/update its own Secret, get/patch its webhook configurations, post
+Events about its own Deployment (and read that Deployment's uid for them), and `/version` for
+readiness. Every failure is raised as `KubeError` with the HTTP status (0 when
 the API server was not reached) and a one-line message; nothing else escapes. Each call has a
 short timeout so a webhook answer never waits on a slow API server longer than the webhook's
 own 5 s budget.
@@ -52,6 +53,7 @@ class KubeClient:
         self.core = kubernetes.client.CoreV1Api(api_client)
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
         self.admission = kubernetes.client.AdmissionregistrationV1Api(api_client)
+        self.apps = kubernetes.client.AppsV1Api(api_client)
         self.version_api = kubernetes.client.VersionApi(api_client)
 
     @classmethod
@@ -109,6 +111,23 @@ class KubeClient:
             return self.version_api.get_code(_request_timeout=TIMEOUT).git_version
         except Exception as e:  # noqa: BLE001
             raise _error("API server /version", e) from None
+
+    # --- Events (admission/report.py) --------------------------------------------------------
+
+    def get_deployment_uid(self, namespace: str, name: str) -> str:
+        try:
+            # raw JSON: the client's models refuse objects they find incomplete, and only the uid matters
+            response = self.apps.read_namespaced_deployment(name, namespace, _request_timeout=TIMEOUT,
+                                                            _preload_content=False)
+            return json.loads(response.data)["metadata"]["uid"]
+        except Exception as e:  # noqa: BLE001
+            raise _error(f"Deployment {namespace}/{name}", e) from None
+
+    def create_event(self, namespace: str, body: dict[str, Any]) -> None:
+        try:
+            self.core.create_namespaced_event(namespace, body, _request_timeout=TIMEOUT, _preload_content=False)
+        except Exception as e:  # noqa: BLE001
+            raise _error(f"create Event in {namespace}", e) from None
 
     # --- self-managed certificates ----------------------------------------------------------
 

@@ -83,6 +83,8 @@ def _compute(pod: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
 def plan(request: AdmissionRequest, config: Config) -> Outcome | NeedsVMI:
     """First step: decide without I/O. An Outcome is final; NeedsVMI asks the server to read the VMI."""
     uid = request.uid
+    if request.problem:
+        return Outcome(deny(uid, request.problem), "invalid")
     if request.operation != "CREATE" or request.kind not in ("Pod", ""):
         return Outcome(allow(uid), "ignored")
     pod = request.object

@@ -67,6 +67,9 @@ class AdmissionRequest:
     old_object: Any
     dry_run: bool
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
+    # Why the request cannot be judged although it is an AdmissionReview ("" when it can): both
+    # webhooks refuse it first, in-band (KubeVirt's decode-error answer), whatever its kind.
+    problem: str = ""
 
 
 def is_json_content_type(content_type: str | None) -> bool:
@@ -99,7 +102,7 @@ def parse_review(body: bytes | str | Mapping[str, Any]) -> AdmissionRequest:
         raise ReviewError(400, "request.uid is missing or not a string")
     kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
     resource = request.get("resource") if isinstance(request.get("resource"), dict) else {}
-    return AdmissionRequest(
+    return AdmissionRequest(problem=_problem(request),
         uid=uid,
         kind=_str(kind.get("kind")),
         group=_str(kind.get("group")) or _str(resource.get("group")),
@@ -113,6 +116,24 @@ def parse_review(body: bytes | str | Mapping[str, Any]) -> AdmissionRequest:
         dry_run=request.get("dryRun") is True,
         raw=request,
     )
+
+
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
+def _problem(request: dict[str, Any]) -> str:
+    """What makes a request unjudgeable: an operation the API server never sends, an object or old
+    object that is not a JSON object (an array, a string), no object on CREATE or UPDATE."""
+    operation = request.get("operation")
+    if operation not in OPERATIONS:
+        return f"request.operation must be one of {', '.join(OPERATIONS)}, got {operation!r}"
+    for key in ("object", "oldObject"):
+        value = request.get(key)
+        if value is not None and not isinstance(value, dict):
+            return f"request.{key} must be a JSON object (the object under admission), got {_json_type(value)}"
+    if operation in ("CREATE", "UPDATE") and request.get("object") is None:
+        return f"request.object is missing on {operation}"
+    return ""
 
 
 def _str(v: Any) -> str:

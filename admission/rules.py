@@ -19,13 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from admission.cluster import KubeVirtStatus, version_problem, workload_update_warning
+from admission.cluster import KubeVirtStatus, version_problem
 from admission.config import Config
 from admission.review import AdmissionRequest, Cause, allow, deny, deny_invalid
 from admission.selection import (
     ANNOTATION, ANNOTATION_FIELD, VALUE, Target, get, hypervisor, prefix_field, prefix_paths, target,
 )
-from ch_launcher.convert import check
+from ch_launcher.convert import NoMemoryRequested, check
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,8 @@ def wants_kubevirt_status(request: AdmissionRequest) -> bool:
 def validate(request: AdmissionRequest, config: Config, kubevirt: KubeVirtStatus | None = None) -> Outcome:
     """Decide one `/validate` request. Never raises for any request content."""
     uid = request.uid
+    if request.problem:
+        return Outcome(deny(uid, request.problem), "invalid")
     kind = _kind(request)
     if request.operation not in ("CREATE", "UPDATE"):
         return Outcome(allow(uid), "ignored")
@@ -151,11 +153,10 @@ def _check(uid: str, t: Target, request: AdmissionRequest, config: Config,
     else:
         verdict = check(vmi)
         for p in verdict.problems:
+            if isinstance(p, NoMemoryRequested) and t.kind != "VirtualMachineInstance":
+                continue  # a template's size may come from an instancetype: KubeVirt asks it of VMIs only
             causes.append(Cause(p.reason, prefix_paths(p.message, t.prefix), prefix_field(p.field, t.prefix)))
         warnings.extend(prefix_paths(_warning_text(w.field, w.message), t.prefix) for w in verdict.warnings)
-    update_warning = workload_update_warning(kubevirt)
-    if update_warning:
-        warnings.append(update_warning)
     problem = version_problem(kubevirt, config.kubevirt.version_range)
     if problem:
         field = (t.prefix if t.on_template else "") + ANNOTATION_FIELD

@@ -16,12 +16,13 @@ from typing import Any
 
 from ch_launcher.convert.context import LauncherEnv, LauncherOptions, PodFacts, SMBios, Translation
 from ch_launcher.convert.errors import Degradation, UnsupportedFeature, UnsupportedFeatures
+from ch_launcher.convert.memory import NoMemoryRequested
 from ch_launcher.convert.plan import Plan
 from ch_launcher.convert.registry import CONFIGURATORS
 from ch_launcher.kubevirt.vmi import InvalidVMI, VirtualMachineInstance, parse_vmi
 
 __all__ = [
-    "Degradation", "LauncherEnv", "LauncherOptions", "Plan", "PodFacts", "SMBios",
+    "Degradation", "LauncherEnv", "LauncherOptions", "NoMemoryRequested", "Plan", "PodFacts", "SMBios",
     "Translation", "UnsupportedFeature", "UnsupportedFeatures", "Verdict", "check", "translate",
 ]
 

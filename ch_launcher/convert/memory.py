@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from ch_launcher.ch.vmconfig import BalloonConfig, MemoryConfig
 from ch_launcher.convert.context import Translation
+from ch_launcher.convert.errors import UnsupportedFeature
 from ch_launcher.kubevirt.quantity import MiB, format_bytes, quantity_bytes
 from ch_launcher.kubevirt.vmi import Quantity
 
@@ -35,6 +36,24 @@ VIRTIO_MEM_BLOCK = 128 * MiB
 MAX_BYTES = 2**63 - 1  # Cloud Hypervisor's sizes are u64; beyond i64 nothing is a real machine
 PAGE_SIZE = 4096
 FREE_PAGE_REPORTING_DISABLED_ANNOTATION = "kubevirt.io/free-page-reporting-disabled"
+
+
+class NoMemoryRequested(UnsupportedFeature):
+    """The VMI says nothing about its memory. KubeVirt's wording (vmi-create-admitter.go
+    @d923fdb815cd, ValidateVirtualMachineInstanceMandatoryFields), with the first of the three
+    fields as its field (KubeVirt leaves it empty, so kubectl printed `: no memory requested`).
+
+    Only a VMI must say it: KubeVirt checks it on VMIs alone, not on the templates of VMs, replica
+    sets or pools, since an instancetype may supply the size (applied when the VMI is created); the
+    admission webhook drops this problem for templates (admission/rules.py).
+    """
+
+    FIELD = "spec.domain.memory.guest"
+
+    def __init__(self) -> None:
+        super().__init__(self.FIELD, "no memory requested, at least one of 'spec.domain.memory.guest', "
+                                     "'spec.domain.memory.hugepages.pageSize' or "
+                                     "'spec.domain.resources.requests.memory' must be set", "FieldValueRequired")
 
 
 def _bytes(t: Translation, path: str, value: Quantity) -> int | None:
@@ -68,10 +87,7 @@ def guest_memory(t: Translation) -> tuple[str, int] | None:
     ]
     given = [(path, value) for path, value in candidates if value is not None]
     if not given:
-        # KubeVirt's wording (vmi-create-admitter.go@d923fdb815cd), a cause without a field.
-        t.unsupported("", "no memory requested, at least one of 'spec.domain.memory.guest', "
-                      "'spec.domain.memory.hugepages.pageSize' or 'spec.domain.resources.requests.memory' "
-                      "must be set", "FieldValueRequired")
+        t.problems.append(NoMemoryRequested())
         return None
     path, value = given[0]
     n = _bytes(t, path, value)

@@ -7,6 +7,8 @@ exactly the endpoints ch-admission calls, with the API server's status codes and
   resourceVersion) under `/api/v1/namespaces/{ns}/secrets`
 - `GET`/`PATCH` (`application/json-patch+json`, 422 when a `test` op fails) of
   `validating`/`mutatingwebhookconfigurations/{name}`
+- Events: `POST /api/v1/namespaces/{ns}/events` (`generateName` honoured); `GET` of
+  `/apis/apps/v1/namespaces/{ns}/deployments/{name}` (`add_deployment`)
 - anything else: 404 NotFound. Without the token: 401 Unauthorized.
 
 `FakeKubeAPI.start(tmpdir)` serves on 127.0.0.1 and writes a kubeconfig that trusts its CA.
@@ -31,9 +33,9 @@ from tests.unit.admission.jsonpatch import PatchError, apply_patch
 
 TOKEN = "fake-token-for-tests"
 
-_COLLECTIONS = re.compile(r"^/api/v1/namespaces/([^/]+)/secrets$")
+_COLLECTIONS = re.compile(r"^/api/v1/namespaces/([^/]+)/(secrets|events)$")
 _RESOURCE_PREFIXES = ("/api/v1/namespaces/", "/apis/kubevirt.io/v1/namespaces/",
-                      "/apis/admissionregistration.k8s.io/v1/")
+                      "/apis/admissionregistration.k8s.io/v1/", "/apis/apps/v1/")
 
 
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -68,9 +70,11 @@ class FakeKubeAPI:
         self.put(f"/apis/kubevirt.io/v1/namespaces/{meta['namespace']}/virtualmachineinstances/{meta['name']}", vmi)
 
     def add_kubevirt(self, version: str | None, namespace: str = "kubevirt", name: str = "kubevirt",
-                     bindings: dict[str, str] | None = None) -> None:
+                     bindings: dict[str, str] | None = None, update_methods: list[str] | None = None) -> None:
         obj: dict[str, Any] = {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
                                "metadata": {"name": name, "namespace": namespace}, "spec": {}, "status": {}}
+        if update_methods:
+            obj["spec"]["workloadUpdateStrategy"] = {"workloadUpdateMethods": list(update_methods)}
         if version:
             obj["status"]["observedKubeVirtVersion"] = version
         if bindings:
@@ -89,6 +93,16 @@ class FakeKubeAPI:
                                                           "path": "/validate", "port": 443}}}
                             for w in webhooks]}
         self.put(f"/apis/admissionregistration.k8s.io/v1/{plural}/{name}", obj)
+
+    def add_deployment(self, namespace: str, name: str, uid: str = "deployment-uid") -> None:
+        self.put(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
+                 {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": name, "namespace": namespace, "uid": uid}, "spec": {}})
+
+    def events(self, namespace: str) -> list[dict[str, Any]]:
+        prefix = f"/api/v1/namespaces/{namespace}/events/"
+        with self.lock:
+            return [copy.deepcopy(o) for p, o in self.objects.items() if p.startswith(prefix)]
 
     def count(self, method: str, path: str) -> int:
         with self.lock:
@@ -170,11 +184,13 @@ class FakeKubeAPI:
         with self.lock:
             m = _COLLECTIONS.match(path)
             if method == "POST" and m:
-                name = payload["metadata"]["name"]
+                meta = payload["metadata"]
+                name = meta.get("name") or f"{meta['generateName']}{next(self._versions):x}"
                 item = f"{path}/{name}"
                 if item in self.objects:
-                    return 409, status(409, "AlreadyExists", f'secrets "{name}" already exists')
+                    return 409, status(409, "AlreadyExists", f'{m.group(2)} "{name}" already exists')
                 obj = copy.deepcopy(payload)
+                obj["metadata"]["name"] = name
                 obj["metadata"]["namespace"] = m.group(1)
                 obj["metadata"]["resourceVersion"] = str(next(self._versions))
                 self.objects[item] = obj

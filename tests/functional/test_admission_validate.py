@@ -140,6 +140,20 @@ def test_an_object_that_is_not_an_object_is_a_400_admission_response(server, htt
     assert answer["allowed"] is False and answer["status"]["code"] == 400
 
 
+@pytest.mark.parametrize("path", ["/validate", "/mutate-pod"])
+@pytest.mark.parametrize("obj, shown", [([b.vmi(annotations=b.CH)], "an array"), ("a string", "a string")])
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE", ""])
+def test_a_request_object_that_is_not_an_object_is_refused_on_both_paths(server, https, path, obj, shown,
+                                                                           operation):
+    """Whatever the operation and kind (a list once passed /validate, a string /mutate-pod)."""
+    body = b.review(obj, kind="Pod" if path == "/mutate-pod" else "VirtualMachineInstance")
+    body["request"]["operation"] = operation
+    answer = post_review(https, server.url, body, path)
+    message = (f"request.object must be a JSON object (the object under admission), got {shown}" if operation
+               else "request.operation must be one of CREATE, UPDATE, DELETE, CONNECT, got ''")
+    assert answer == {"uid": body["request"]["uid"], "allowed": False, "status": {"message": message, "code": 400}}
+
+
 def test_an_oversized_body_is_refused_without_reading_it(server, tls):
     ctx = ssl.create_default_context(cafile=str(tls["ca"]))
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:

@@ -46,6 +46,10 @@ def test_every_role_is_bound_and_every_binding_names_an_installed_role(default_i
         assert bound == {r["metadata"]["name"] for r in objects if r["kind"] in ("Role", "ClusterRole")}
 
 
+# Events about cluster-wide conditions, on its own Deployment (whose uid it reads for them)
+EVENTS = {("kubevirt-ch", "", "events", "create", "*"), ("kubevirt-ch", "apps", "deployments", "get", "ch-admission")}
+
+
 def test_the_default_install_grants_exactly_what_the_server_needs(default_install):
     assert grants(default_install) == {
         # the pod mutator reads the VMI that owns a launcher pod, in any namespace
@@ -63,6 +67,7 @@ def test_the_default_install_grants_exactly_what_the_server_needs(default_instal
         ("kubevirt-ch", "", "secrets", "get", "ch-admission-tls"),
         ("kubevirt-ch", "", "secrets", "update", "ch-admission-tls"),
         ("kubevirt-ch", "", "secrets", "create", "*"),
+        *EVENTS,
     }
 
 
@@ -77,6 +82,7 @@ def test_with_cert_manager_the_server_can_neither_patch_webhooks_nor_write_secre
     assert grants(cert_manager_install) == {
         ("cluster", "kubevirt.io", "virtualmachineinstances", "get", "*"),
         ("cluster", "kubevirt.io", "kubevirts", "get", "*"),
+        *EVENTS,
     }
 
 
@@ -84,7 +90,7 @@ def test_with_cert_manager_the_server_can_neither_patch_webhooks_nor_write_secre
 # objects, from the plural the call names).
 CLIENT_VERBS = {"get": "get", "read": "get", "list": "list", "watch": "watch", "create": "create",
                 "replace": "update", "patch": "patch", "delete": "delete"}
-BUILTIN_RESOURCES = {"secret": ("", "secrets"),
+BUILTIN_RESOURCES = {"secret": ("", "secrets"), "event": ("", "events"), "deployment": ("apps", "deployments"),
                      "validating_webhook_configuration": ("admissionregistration.k8s.io",
                                                           "validatingwebhookconfigurations"),
                      "mutating_webhook_configuration": ("admissionregistration.k8s.io",

@@ -291,3 +291,20 @@ def test_a_vmi_with_odd_metadata_is_refused_not_crashed_on():
     vmi["metadata"] = ["not", "an", "object"]
     response, verdict, _ = run(pod, vmi)
     assert verdict == "denied" and response["allowed"] is False
+
+
+@pytest.mark.parametrize("obj, message", [
+    ("a string", "request.object must be a JSON object (the object under admission), got a string"),
+    ([b.launcher_pod(b.vmi(annotations=CH))], "request.object must be a JSON object (the object under admission), "
+                                              "got an array"),
+])
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE", None])
+def test_a_malformed_request_is_refused_clearly_whatever_its_operation(obj, message, operation):
+    body = b.review(obj, kind="Pod", name="")
+    body["request"]["operation"] = operation
+    first = plan(parse_review(body), CONFIG)
+    if operation is None:
+        message = "request.operation must be one of CREATE, UPDATE, DELETE, CONNECT, got None"
+    assert first.verdict == "invalid"
+    assert first.review["response"] == {"uid": body["request"]["uid"], "allowed": False,
+                                        "status": {"message": message, "code": 400}}

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from ch_launcher.convert import LauncherOptions
-from ch_launcher.convert.memory import configure_memory
+from ch_launcher.convert.memory import NoMemoryRequested, configure_memory
 from tests.unit.convert.vmibuild import api, fields, problem, run, translation, vmi
 
 GiB = 2**30
@@ -29,10 +29,14 @@ def test_guest_memory_follows_kubevirts_defaulting_order(domain: dict[str, Any],
     assert memory(domain)["size"] == size
 
 
-def test_no_memory_at_all_is_reported_as_kubevirt_does_without_a_field() -> None:
+def test_no_memory_at_all_is_reported_in_kubevirts_words_with_a_field() -> None:
+    """KubeVirt's own cause has no field (kubectl prints `: no memory requested`); ours names the
+    first of the three fields it lists."""
     verdict = run(vmi({"memory": None}))
-    p = problem(verdict, "")
-    assert p.reason == "FieldValueRequired" and p.message.startswith("no memory requested")
+    p = problem(verdict, "spec.domain.memory.guest")
+    assert p.reason == "FieldValueRequired" and isinstance(p, NoMemoryRequested)
+    assert p.message == ("no memory requested, at least one of 'spec.domain.memory.guest', "
+                         "'spec.domain.memory.hugepages.pageSize' or 'spec.domain.resources.requests.memory' must be set")
 
 
 def test_an_invalid_memory_quantity_names_its_field() -> None:
