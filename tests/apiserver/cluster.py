@@ -1,7 +1,7 @@
 """A real Kubernetes control plane with KubeVirt's virt-api and kubevirt-ch installed, for tests.
 
-How to use it (tests under `tests/apiserver/` get the fixtures from its conftest.py; mark the
-module `pytestmark = pytest.mark.apiserver`):
+How to use it (tests under `tests/apiserver/` get the fixtures from its conftest.py, which also
+marks them `apiserver` and gives them a 600 s timeout):
 
     def test_something(cluster):                          # session-scoped: one control plane per run
         r = cluster.kubectl("create", "-f", "-", input=cluster.yaml(vmi))
@@ -138,7 +138,7 @@ class Cluster:
         return subprocess.run(["ip", "netns", "exec", self.netns, *args], input=input, text=True, cwd=cwd,
                               stdout=subprocess.PIPE, stderr=stderr, env=self._env(), timeout=timeout)
 
-    def _script(self, name: str, timeout: float = 180) -> str:
+    def _script(self, name: str, timeout: float = 300) -> str:
         proc = self._in_netns(["bash", str(SHARED_K8S / name)], timeout=timeout)
         if proc.returncode != 0:
             raise ClusterError(f"../shared/k8s/{name} failed ({proc.returncode}):\n{proc.stdout}{self._logs()}")
@@ -154,7 +154,7 @@ class Cluster:
 
     # --- kubectl --------------------------------------------------------------------------
 
-    def kubectl(self, *args: str, input: str | None = None, timeout: float = 60) -> Run:
+    def kubectl(self, *args: str, input: str | None = None, timeout: float = 120) -> Run:
         """`kubectl ARGS` as the cluster's admin (system:masters), from the checkout's root (so
         `-k addon_manifests/` reads as in the README)."""
         proc = self._in_netns([self.kubectl_path, *args], input=input, timeout=timeout)
@@ -206,7 +206,7 @@ class Cluster:
         self._up = True  # from here on, close() runs down.sh
         self._script("up.sh")
         self.ok("apply", "--server-side", "-f", str(SHARED_K8S / "kubevirt-crds.yaml"))
-        self.ok("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        self.ok("wait", "--for=condition=Established", "crd", "--all", "--timeout=120s")
         kubevirt = {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
                     "metadata": {"name": "kubevirt", "namespace": "kubevirt"}, "spec": {}}
         if workload_update_methods:
@@ -227,7 +227,7 @@ class Cluster:
             raise ClusterError(f"kubectl apply -k addon_manifests/ failed:\n{self.install_output.out}")
         return self.install_output
 
-    def start_admission(self, timeout: float = 60) -> Container:
+    def start_admission(self, timeout: float = 180) -> Container:
         """Step 5: the Deployment's container as a local process behind the Service. Returns once
         the API server reaches it (a server-side dry run of an annotated VMI gets its answer)."""
         objects = render(MANIFESTS)

@@ -1,10 +1,23 @@
-"""Fixtures of the API-server tests (how to use them: tests/apiserver/cluster.py)."""
+"""Fixtures of the API-server tests (how to use them: tests/apiserver/cluster.py). Every test in
+this directory is marked `apiserver` and gets 600 s: starting a control plane counts towards the
+first test that asks for it, and takes 15-80 s depending on the machine's load."""
 
 from __future__ import annotations
+
+import pathlib
 
 import pytest
 
 from tests.apiserver.cluster import Cluster, unavailable
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if HERE in pathlib.Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.apiserver)
+            item.add_marker(pytest.mark.timeout(600))
 
 
 @pytest.fixture(scope="session")
