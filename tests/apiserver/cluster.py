@@ -39,7 +39,8 @@ What `start_all()` sets up, in order, the way a cluster operator would have it:
 
 `kubectl()` returns what kubectl prints, stdout and stderr interleaved as on a terminal, and
 its exit status. Everything is stopped and removed by `close()`, also after a failure; a start
-that fails raises `ClusterError` with the logs of the component that failed.
+that fails raises `ClusterError` with the logs of the component that failed. What a killed test
+process left (its namespace and the processes in it) is swept by the next run's first cluster.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -73,6 +75,43 @@ SORT_NOTICE = re.compile(r"^I\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ log\.go:\d+\] Warnin
                          r"'kustomization\.yaml' \('sortOptions'\) and in a CLI flag \('--reorder'\)\. Using the "
                          r"kustomization file over the CLI flag\.$")
 _serial = itertools.count(1)
+_NETNS = re.compile(r"^kvch-api-(\d+)-\d+$")  # the creating pid is in the name
+_swept = False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _kill_processes_in(netns: str) -> None:
+    """SIGKILL what still runs in a namespace of ours (only this harness knows its name)."""
+    pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True, timeout=20).stdout.split()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid), signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while any(_alive(int(p)) for p in pids if p.isdigit()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def sweep_stale_clusters() -> None:
+    """Remove what control planes of test processes that died without `close()` (SIGKILL, a
+    killed pytest) left: their namespaces and the processes in them (etcd, kube-apiserver,
+    kube-controller-manager, virt-api, ch-admission). Only names of this module's scheme whose
+    creating pid is gone are touched."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=20).stdout
+    for line in listed.splitlines():
+        name = line.split(" ", 1)[0]
+        m = _NETNS.match(name)
+        if m and not _alive(int(m.group(1))):
+            _kill_processes_in(name)
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=20)
 
 
 class ClusterError(RuntimeError):
@@ -198,6 +237,10 @@ class Cluster:
     def start_control_plane(self, workload_update_methods: Sequence[str] = ("LiveMigrate",),
                             kubevirt_version: str = KUBEVIRT_VERSION) -> Cluster:
         """Steps 1-3 of the module docstring."""
+        global _swept
+        if not _swept:
+            sweep_stale_clusters()
+            _swept = True
         self.workdir.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(["ip", "netns", "add", self.netns], capture_output=True, text=True, timeout=20)
         if proc.returncode != 0:
@@ -319,4 +362,5 @@ class Cluster:
                 self._in_netns(["bash", str(SHARED_K8S / "down.sh")], timeout=60)
         if self._netns_created:
             self._netns_created = False
+            _kill_processes_in(self.netns)  # whatever down.sh had no pid file for
             subprocess.run(["ip", "netns", "delete", self.netns], capture_output=True, timeout=20)
