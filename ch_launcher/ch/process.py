@@ -10,7 +10,9 @@ SIGTERM (CH handles it like vmm.shutdown), then SIGKILL; the child is always rea
 
 The child runs in its own session (so a terminal's Ctrl-C reaches only the launcher), with stdin
 from /dev/null and stdout/stderr appended to the log file: messages CH prints before it opens
-`--log-file` (a bad flag, a socket in use) land there too and show up in `VmmStartError`.
+`--log-file` (a bad flag, a socket in use) land there too and show up in `VmmStartError`. The log
+file is emptied at each spawn (as CH itself truncates it when it opens it), so it holds one VMM's
+words only, whatever the VMM does with it: `failure()` reads them.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Mapping, Sequence
 
 from .api import ChApiError, CloudHypervisorClient
 from .vmconfig import VmmPingResponse
+from .vmmlog import failure_in_file
 
 READY_POLL_INTERVAL = 0.01
 LOG_TAIL_LINES = 20
@@ -108,7 +111,7 @@ class VmmProcess:
             argv.append("--no-shutdown")
         argv.extend(extra_args)
         try:
-            out = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            out = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise VmmStartError(f"cannot open the VMM log file {log_file}: {exc.strerror}") from exc
         try:
@@ -195,6 +198,11 @@ class VmmProcess:
         except OSError:
             return ""
         return "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])
+
+    def failure(self) -> str | None:
+        """The internal failure this VMM's log reports (a vCPU error, a thread that panicked:
+        `vmmlog.failure_in`), which CH ends like a guest poweroff; None when it reports none."""
+        return failure_in_file(self.log_file)
 
     def _tail(self) -> str:
         tail = self.log_tail()

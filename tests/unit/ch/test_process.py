@@ -99,3 +99,16 @@ def test_terminate_after_the_child_exited_returns_its_status(tmp_path) -> None: 
     finally:
         proc.close()
     proc.close()  # idempotent
+
+
+def test_the_log_holds_the_current_vmms_words_only(tmp_path) -> None:  # noqa: ANN001
+    # An earlier VMM's failure must not be read as this one's (CH truncates its log file
+    # itself; a VMM that appends, or writes nothing, finds it emptied all the same).
+    (tmp_path / "vmm.log").write_text("ERROR -- VCPU generated error: VcpuRun(earlier VMM)\n")
+    proc = _spawn(tmp_path, _script(tmp_path, "echo 'said on stdout'"))
+    try:
+        assert proc.wait(10) == 0
+        assert proc.failure() is None
+        assert (tmp_path / "vmm.log").read_text() == "said on stdout\n"
+    finally:
+        proc.close()
