@@ -33,7 +33,7 @@ FAKE_CH = REPO / "tests" / "fakes" / "fake_cloud_hypervisor.py"
 # What the simulated guest does on a signal (fake_cloud_hypervisor.py); the tiny guest does it on
 # a console command. A triple fault is a reset for cloud-hypervisor, like a reboot.
 SIMULATED_GUEST_SIGNALS = {"poweroff": signal.SIGUSR1, "reboot": signal.SIGUSR2, "triple-fault": signal.SIGUSR2,
-                           "panic": signal.SIGURG}
+                           "panic": signal.SIGURG, "emulation-failure": signal.SIGPWR}
 
 
 def real_vmm_unavailable() -> str | None:

@@ -311,6 +311,34 @@ def test_guest_poweroff_while_paused_happens_after_resume(guest_backend: Backend
     assert vmm.client.info().state == "Created"
 
 
+@pytest.mark.parametrize("no_shutdown", [False, True])
+def test_a_vcpu_failure_ends_the_vmm_as_a_poweroff_would_and_only_the_log_says_why(
+        guest_backend: Backend, start: Callable[..., Vmm], no_shutdown: bool) -> None:
+    """A KVM emulation failure (the tiny guest jumps to MMIO; the simulated one on SIGPWR): CH
+    tears the VM down through exit_evt, so the events and the exit code are a poweroff's, and
+    --no-shutdown does not keep the VMM (it only governs the guest's own exit). The log's ERROR
+    line is the one difference (ch.vmmlog)."""
+    vmm = start(guest_backend, no_shutdown=no_shutdown)
+    vmm.client.create(vmm.guest_config())
+    vmm.client.boot()
+    vmm.guest_does("emulation-failure")
+    assert vmm.proc.wait(10) == 0, vmm.proc.log_tail()
+    assert_final_events(vmm)
+    assert vmm.proc.failure() == ("VCPU generated error: VcpuRun(Failed to run vcpu: "
+                                  "Unexpected exit reason on vcpu run: InternalError)")
+
+
+def test_a_guest_poweroff_leaves_no_failure_in_the_log(guest_backend: Backend, start: Callable[..., Vmm]) -> None:
+    vmm = start(guest_backend)
+    vmm.client.create(vmm.guest_config())
+    vmm.client.boot()
+    vmm.guest_does("triple-fault")  # an ERROR line too ("Guest likely triple-faulted"), but a reset
+    vmm.events.wait_for("vm:rebooted", after_mark=False)
+    vmm.guest_does("poweroff")
+    assert vmm.proc.wait(10) == 0
+    assert vmm.proc.failure() is None, vmm.proc.log_tail()
+
+
 @pytest.mark.parametrize("how", ["reboot", "triple-fault"])
 def test_guest_reboot_rebuilds_the_vm_in_process(guest_backend: Backend, start: Callable[..., Vmm], how: str) -> None:
     vmm = start(guest_backend)

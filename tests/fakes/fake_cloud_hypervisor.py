@@ -3,9 +3,10 @@
 
 It runs no guest. It serves CH's HTTP API on `--api-socket` with micro_http's framing and CH's
 answers per state and version, writes CH's event stream to `--event-monitor`, and exits as CH
-does. Guest actions are simulated by signals (SIGUSR1 poweroff, SIGUSR2 reboot, SIGURG panic)
-and `vm.power-button` (the guest powers off after FAKE_CH_ACPI_DELAY seconds). Every knob and
-every known difference from the real binary: docs/simulated-vmm.md.
+does. Guest actions are simulated by signals (SIGUSR1 poweroff, SIGUSR2 reboot, SIGURG panic,
+SIGPWR a vCPU failure such as a KVM emulation error) and `vm.power-button` (the guest powers off
+after FAKE_CH_ACPI_DELAY seconds). Every knob and every known difference from the real binary:
+docs/simulated-vmm.md.
 
 Stdlib only (it must start fast under any python3 >= 3.11). Modules beside it:
 `fakech_vm.py` (state machine), `fakech_checks.py` (validation, OpenAPI), `fakech_serial.py`,
@@ -408,6 +409,7 @@ class FakeCloudHypervisor:
         for sig, action in (
             (signal.SIGTERM, "exit"), (signal.SIGINT, "exit"), (signal.SIGUSR1, "poweroff"),
             (signal.SIGUSR2, "reboot"), (signal.SIGURG, os.environ.get("FAKE_CH_PANIC_EVENT", "panic")),
+            (signal.SIGPWR, "emulation-failure"),
         ):  # fmt: skip
             signal.signal(sig, lambda _s, _f, a=action: self.pending_signals.append(a))
         rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)

@@ -10,7 +10,7 @@ The socket is cloud-hypervisor's own (`serial {mode: Socket}`) or the launcher's
 
 From a shell, for kubevirt-probe's `CHPROBE_GUEST_ACTION` (../shared/tools/README.md):
 
-    python -m tests.guest.console SOCKET|DIR poweroff|reboot|triple-fault|panic|ignore-acpi|honour-acpi|hello
+    python -m tests.guest.console SOCKET|DIR poweroff|reboot|triple-fault|panic|ignore-acpi|honour-acpi|hello|emulation-failure
 
 where DIR (e.g. the launcher's private dir) holds exactly one `*/virt-serial0`. Exit status 0 once
 the guest has acknowledged the command, 1 when it did not within --timeout (the message says what
@@ -40,6 +40,7 @@ COMMANDS = {
     "ignore-acpi": (b"i", b"KCH-GUEST-IGNORING-ACPI"),
     "honour-acpi": (b"a", b"KCH-GUEST-HONOURING-ACPI"),
     "hello": (b"h", b"KCH-GUEST-HELLO"),
+    "emulation-failure": (b"e", b"KCH-GUEST-EMULATION-FAILURE"),
 }
 NO_PVPANIC = b"KCH-GUEST-NO-PVPANIC"
 POWER_BUTTON = b"KCH-GUEST-POWER-BUTTON\r\n"

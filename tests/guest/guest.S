@@ -18,6 +18,9 @@
  *     ~i  KCH-GUEST-IGNORING-ACPI    ignores the power button from now on (until the next boot)
  *     ~a  KCH-GUEST-HONOURING-ACPI   honours it again
  *     ~h  KCH-GUEST-HELLO            nothing else: tells a client the guest is up and hears it
+ *     ~e  KCH-GUEST-EMULATION-FAILURE  jumps to an address that is not RAM, so the vCPU fails
+ *                                    (KVM cannot fetch instructions from MMIO: KVM_EXIT_INTERNAL_ERROR,
+ *                                    on PVM and on VT-x/SVM alike; the VMM then stops the VM)
  *     ~~  echoes one '~'; any other letter prints KCH-GUEST-UNKNOWN-COMMAND
  * The power button prints KCH-GUEST-POWER-BUTTON and powers off, or, while ignoring ACPI,
  * prints KCH-GUEST-POWER-BUTTON-IGNORED and carries on. Without a GED in the DSDT it prints
@@ -264,6 +267,8 @@ command:
     je cmd_honour_acpi
     cmp $'h', %al
     je cmd_hello
+    cmp $'e', %al
+    je cmd_emulation_failure
     mov $msg_unknown, %esi
     jmp puts
 
@@ -314,6 +319,16 @@ cmd_honour_acpi:
 cmd_hello:
     mov $msg_hello, %esi
     jmp puts
+
+/* The 32-bit device area (0xc0000000 + 640 MiB: PCI BARs, never RAM; cloud-hypervisor
+   arch/src/x86_64/layout.rs@v53 MEM_32BIT_DEVICES_START): KVM's emulator cannot fetch an
+   instruction there and, the guest being at CPL 0, exits with an emulation failure
+   (KVM_EXIT_INTERNAL_ERROR), which cloud-hypervisor treats as a vCPU error. */
+cmd_emulation_failure:
+    mov $msg_emulation_failure, %esi
+    call puts
+    mov $0xd0000000, %eax
+    jmp *%eax
 
 /* puts: writes the NUL-terminated string at %esi to COM1. */
 puts:
@@ -483,6 +498,7 @@ msg_no_pvpanic:            .asciz "KCH-GUEST-NO-PVPANIC\r\n"
 msg_ignoring_acpi:         .asciz "KCH-GUEST-IGNORING-ACPI\r\n"
 msg_honouring_acpi:        .asciz "KCH-GUEST-HONOURING-ACPI\r\n"
 msg_hello:                 .asciz "KCH-GUEST-HELLO\r\n"
+msg_emulation_failure:     .asciz "KCH-GUEST-EMULATION-FAILURE\r\n"
 msg_unknown:               .asciz "KCH-GUEST-UNKNOWN-COMMAND\r\n"
 msg_power_button:          .asciz "KCH-GUEST-POWER-BUTTON\r\n"
 msg_power_button_ignored:  .asciz "KCH-GUEST-POWER-BUTTON-IGNORED\r\n"

@@ -149,6 +149,14 @@ def test_a_reboot_or_a_triple_fault_resets_the_vm_in_process_and_it_boots_again(
     assert g.vmm.poll() is None and g.vmm.client.info().state == "Running"
 
 
+def test_an_emulation_failure_stops_the_vm_with_a_vcpu_error(new_guest):
+    g = new_guest(no_shutdown=True)
+    g.console.hello()
+    g.console.command("emulation-failure")
+    assert g.vmm.wait(10.0) == 0  # exit_evt: the VMM ends even with --no-shutdown
+    assert "Unexpected exit reason on vcpu run: InternalError" in (g.vmm.failure() or ""), g.vmm.log_tail()
+
+
 def test_panic_signals_the_pvpanic_device_and_the_guest_runs_on(new_guest):
     g = new_guest()
     g.console.hello()
