@@ -202,10 +202,19 @@ _EVENT_STATE: dict[str, VmState] = {
 NOTIFY_EVENTS = frozenset({"vm:rebooted"})
 
 
-def down_reason(*, saw_shutdown: bool, killing: bool, state: VmState, exit_code: int | None = None) -> Reason:
+def down_reason(*, saw_shutdown: bool, killing: bool, state: VmState, exit_code: int | None = None,
+                vmm_failed: bool = False) -> Reason:
     """Why the VM is down, once the VMM has exited (or announced `vm:shutdown`).
 
     `killing`: the launcher stopped it (Kill, Delete, SIGTERM's grace expiry) -> Destroyed.
+    `vmm_failed`: the VMM's log reports an internal failure (a vCPU error such as a KVM
+    emulation failure, a thread that panicked: ch.vmmlog), after which CH stops the VM exactly as
+    after a guest poweroff (`vm:shutdown`, exit 0) -> Crashed (Panicked stays Panicked), as
+    libvirt reports a QEMU that died under its domain (VIR_DOMAIN_SHUTOFF_CRASHED), so that
+    virt-handler sets the VMI Failed, not Succeeded (kubevirt pkg/virt-handler/vm.go
+    calculateVmPhaseForStatusReason@d923fdb815cd). (QEMU itself keeps running on a KVM internal
+    error with the VM stopped, run state `internal-error`, which libvirt reports Paused/Unknown;
+    CH has no VM left that could be resumed, so a paused Domain would be a lie.)
     `saw_shutdown`: CH said `vm:shutdown` without being asked -> the guest powered off.
     `exit_code` 0 without either: CH exits 0 only in an orderly shutdown (guest poweroff,
     SIGTERM/SIGINT, vmm.shutdown; cloud-hypervisor.md §1.4), so the guest is down cleanly even if
@@ -214,6 +223,8 @@ def down_reason(*, saw_shutdown: bool, killing: bool, state: VmState, exit_code:
     """
     if killing:
         return Reason.DESTROYED
+    if vmm_failed:
+        return Reason.PANICKED if state is VmState.PANICKED else Reason.CRASHED
     if saw_shutdown or (exit_code == 0 and state is not VmState.PANICKED):
         return Reason.SHUTDOWN
     if state is VmState.PANICKED:

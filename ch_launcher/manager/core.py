@@ -53,6 +53,7 @@ class _Vm:
     soft_reboot: bool = False           # the next guest poweroff boots the VM again
     killing: bool = False               # the launcher is stopping the current VMM
     saw_shutdown: bool = False          # the current VMM announced vm:shutdown
+    failure: str | None = None          # the current VMM stopped the VM on an internal failure (its log)
     panic_count: int = 0
     grace: GracePeriod = field(default_factory=GracePeriod)  # replaced, never mutated
     removing: set[str] = field(default_factory=set)  # disks detached, not yet ejected by the guest
@@ -348,6 +349,7 @@ class DomainManager(LiveChanges, Migrating):
         except VmmStartError as e:
             raise CommandFailed(f"cannot start cloud-hypervisor: {e}") from None
         self._vm.killing = self._vm.saw_shutdown = False
+        self._vm.failure = None
         self._told.clear()
         self._seen.clear()
         try:
@@ -537,11 +539,13 @@ class DomainManager(LiveChanges, Migrating):
             return  # the answer to our call came first and said so: a late event changes nothing
         if name == "vm:shutdown":
             vm.saw_shutdown = True
-            if vm.soft_reboot and not vm.killing:
+            self._check_failure(self._host.current)
+            if vm.soft_reboot and not vm.killing and vm.failure is None:
                 return  # the exit handler boots the VM again
         new = lifecycle.state_after_event(vm.state, name)
         if new is VmState.DOWN:
-            vm.down = lifecycle.down_reason(saw_shutdown=True, killing=vm.killing, state=vm.state)
+            vm.down = lifecycle.down_reason(saw_shutdown=True, killing=vm.killing, state=vm.state,
+                                            vmm_failed=vm.failure is not None)
         if name == "vm:booted":
             return  # every boot is ours: _boot() publishes once vm.boot has returned
         if name == "guest:panic" and new is not None:
@@ -572,16 +576,18 @@ class DomainManager(LiveChanges, Migrating):
         self._host.release(vmm)
         vm = self._vm
         how = describe_exit(code)
-        if vm.soft_reboot and vm.saw_shutdown and not vm.killing and vm.state in (VmState.RUNNING, VmState.PAUSED):
+        self._check_failure(vmm)  # its vm:shutdown may have been lost
+        if (vm.soft_reboot and vm.saw_shutdown and not vm.killing and vm.failure is None
+                and vm.state in (VmState.RUNNING, VmState.PAUSED)):
             log.info("the guest shut down for a soft reboot; booting it again")
             vm.soft_reboot = False
             self._runner.background(self._runner.locked("SoftReboot", self._reboot_fresh))
             return
         if vm.state in (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED):
             vm.down = lifecycle.down_reason(saw_shutdown=vm.saw_shutdown, killing=vm.killing, state=vm.state,
-                                            exit_code=code)
+                                            exit_code=code, vmm_failed=vm.failure is not None)
             self._set_state(VmState.DOWN, force=True)
-            if vm.down in (Reason.CRASHED, Reason.PANICKED):
+            if vm.down in (Reason.CRASHED, Reason.PANICKED) and vm.failure is None:
                 message = f"cloud-hypervisor (pid {vmm.pid}) {how} while the VM was running"
                 log.error("%s", message)
                 for line in vmm.log_tail(5).splitlines():  # its last words, as virt-launcher logs QEMU's
@@ -593,6 +599,22 @@ class DomainManager(LiveChanges, Migrating):
         if vm.state is VmState.DOWN:
             log.info("VM is down: %s", vm.down.value if vm.down else "?")
         self._bump()
+
+    def _check_failure(self, vmm: VmmProcess | None) -> None:
+        """While the VM is up and not being stopped by us: did `vmm` stop it on an internal failure
+        (a vCPU error, a thread that panicked)? CH then says `vm:shutdown` and exits 0 as after
+        a guest poweroff; only its log tells (ch.vmmlog). Once per VMM: logged, and a Warning
+        event as for a VMM crash."""
+        vm = self._vm
+        if vmm is None or vm.failure is not None or vm.killing or vm.state not in _ALIVE:
+            return
+        failure = vmm.failure()
+        if failure is None:
+            return
+        vm.failure = failure
+        message = f"cloud-hypervisor (pid {vmm.pid}) stopped the VM on an internal failure: {failure}"
+        log.error("%s", message)
+        self._k8s_event("Warning", "VMMCrashed", message)
 
     async def _reboot_fresh(self) -> None:
         try:

@@ -344,6 +344,26 @@ def test_a_vmm_crash_becomes_shutoff_crashed_and_the_launcher_keeps_serving(vh):
 
 
 @BOTH_VMMS
+def test_a_vcpu_failure_is_shutoff_crashed_not_a_clean_shutdown(vh):
+    """A KVM emulation failure: CH stops the VM as after a guest poweroff (vm:shutdown, exit 0);
+    the launcher tells the two apart by the VMM's log and reports Crashed, so virt-handler sets
+    the VMI Failed (a RerunOnFailure VM restarts), not Succeeded."""
+    async def story():
+        await vh.boot()
+        await vh.guest_does("emulation-failure")
+        event = await vh.recorder.wait_for_status("Shutoff", "Crashed", timeout=10)
+        assert all(e.reason != "Shutdown" for e in vh.recorder.events)  # never first said Shutdown
+        warning = await vh.recorder.wait_for_k8s_event("VMMCrashed")
+        assert warning["type"] == "Warning"
+        assert "Unexpected exit reason on vcpu run: InternalError" in warning["message"]
+        assert event.grace.get("DeletionTimestamp") is None
+        assert (await vh.client.get_domain())["Status"]["Reason"] == "Crashed"
+        assert "stopped the VM on an internal failure" in vh.log_text()
+
+    vh.run(story())
+
+
+@BOTH_VMMS
 @pytest.mark.parametrize("how", ["reboot", "triple-fault"])
 def test_a_guest_reboot_keeps_the_vm_running_and_is_announced(vh, how):
     async def story():

@@ -138,6 +138,16 @@ def test_an_orderly_vmm_exit_is_a_guest_shutdown_even_when_its_event_was_lost():
     assert down_reason(saw_shutdown=False, killing=True, state=VmState.RUNNING, exit_code=0) is Reason.DESTROYED
 
 
+def test_a_vm_the_vmm_stopped_on_an_internal_failure_crashed_even_though_it_said_shutdown():
+    # CH ends a vCPU error like a poweroff (vm:shutdown, exit 0); its log is what tells.
+    for code in (None, 0):
+        assert down_reason(saw_shutdown=True, killing=False, state=VmState.RUNNING, exit_code=code,
+                           vmm_failed=True) is Reason.CRASHED
+    assert down_reason(saw_shutdown=True, killing=False, state=VmState.PAUSED, vmm_failed=True) is Reason.CRASHED
+    assert down_reason(saw_shutdown=True, killing=False, state=VmState.PANICKED, vmm_failed=True) is Reason.PANICKED
+    assert down_reason(saw_shutdown=True, killing=True, state=VmState.RUNNING, vmm_failed=True) is Reason.DESTROYED
+
+
 @pytest.mark.parametrize("state,user_paused,down,expected", [
     (VmState.UNDEFINED, False, None, None),
     (VmState.RUNNING, False, None, (LifeCycle.RUNNING, Reason.UNKNOWN)),
