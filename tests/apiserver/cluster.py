@@ -270,9 +270,10 @@ class Cluster:
             raise ClusterError(f"kubectl apply -k addon_manifests/ failed:\n{self.install_output.out}")
         return self.install_output
 
-    def start_admission(self, timeout: float = 180) -> Container:
+    def start_admission(self, timeout: float = 180, config: str | None = None) -> Container:
         """Step 5: the Deployment's container as a local process behind the Service. Returns once
-        the API server reaches it (a server-side dry run of an annotated VMI gets its answer)."""
+        the API server reaches it (a server-side dry run of an annotated VMI gets its answer).
+        `config`: another config.yaml than the ConfigMap's (as after an edit and a restart)."""
         objects = render(MANIFESTS)
         deployment = one(objects, "Deployment", "ch-admission")
         namespace = deployment["metadata"]["namespace"]
@@ -289,6 +290,8 @@ class Cluster:
         self._write_service_account_kubeconfig(namespace, deployment["spec"]["template"]["spec"]["serviceAccountName"])
         root = self.workdir / f"admission-{next(_serial)}"
         container = Container(deployment, objects, root, [f"--kubeconfig={self._token_file}"])
+        if config is not None:
+            (container.mounts["/etc/kubevirt-ch"] / "config.yaml").write_text(config)
         container.cmd = ["ip", "netns", "exec", self.netns, *container.cmd]
         container.start(timeout=timeout)
         self.admission = container

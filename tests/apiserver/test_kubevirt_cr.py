@@ -1,0 +1,138 @@
+"""The cluster's KubeVirt CR as the add-on meets it, through the real API server: a KubeVirt
+release outside the supported range, and a KubeVirt CR that is not where the configuration says
+(HyperConverged names it `kubevirt-kubevirt-hyperconverged`). Users see a denial that names the
+annotation and says why; operators see the condition in the server's log, its metric and an Event
+on its Deployment (docs/operations.md §10); following the README's Troubleshooting row fixes it.
+Runs on a control plane of its own: it changes the KubeVirt CR and restarts the server."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from tests.apiserver.cluster import KUBEVIRT_VERSION, REPO, Cluster
+from tests.apiserver.test_admission import create, launcher_pod, vm, vmi
+from tests.apiserver.test_install import INSTALLED
+
+FIELD = "metadata.annotations[kubevirt-ch.io/hypervisor]"
+HCO_NAME = "kubevirt-kubevirt-hyperconverged"
+
+
+@pytest.fixture(scope="module")
+def c(make_cluster) -> Cluster:
+    return make_cluster(workload_update_methods=[])
+
+
+def restart(c: Cluster, config: str | None = None) -> None:
+    """`kubectl -n kubevirt-ch rollout restart deployment/ch-admission`: the server reads its
+    configuration and the KubeVirt CR at start-up."""
+    c.stop_admission()
+    c.start_admission(config=config)
+
+
+def set_version(c: Cluster, name: str, version: str) -> None:
+    """What virt-operator writes once a KubeVirt release is deployed."""
+    c.ok("patch", "kubevirt", name, "-n", "kubevirt", "--subresource=status", "--type=merge",
+         "-p", json.dumps({"status": {"observedKubeVirtVersion": version}}))
+
+
+def told_to_operators(c: Cluster, condition: str, message: str) -> None:
+    """The condition in the server's log (WARNING), its gauge at 1, and a Warning Event on its
+    Deployment that `kubectl describe` lists."""
+    assert any(line.endswith(f"WARNING admission: cluster condition {condition}: {message}")
+               for line in c.admission.log), "\n".join(c.admission.log)
+    assert f'ch_admission_cluster_condition{{condition="{condition}"}} 1.0' in c.metrics()
+    described = c.ok("describe", "deployment", "ch-admission", "-n", "kubevirt-ch")
+    events = described[described.index("Events:"):].splitlines()
+    assert any(re.fullmatch(rf"  Warning  {condition} +\S+ +ch-admission +{re.escape(message)}", e)
+               for e in events), described
+
+
+def holds_no_more(c: Cluster, condition: str) -> None:
+    assert f'ch_admission_cluster_condition{{condition="{condition}"}} 0.0' in c.metrics()
+    assert not any(f"cluster condition {condition}" in line for line in c.admission.log)
+
+
+def readme_row(symptom_start: str) -> str:
+    text = (REPO / "README.md").read_text()
+    rows = [line for line in text[text.index("## Troubleshooting"):].splitlines() if line.startswith(f"| `{symptom_start}")]
+    assert len(rows) == 1, f"README Troubleshooting has no single row starting with {symptom_start!r}"
+    return rows[0]
+
+
+def test_a_kubevirt_release_outside_the_supported_range_refuses_new_ch_vms_and_tells_operators(c):
+    running = create(c, vmi("before-downgrade"))
+    assert running.rc == 0
+    owner = c.json("get", "vmi", "before-downgrade")
+
+    set_version(c, "kubevirt", "v1.7.2")
+    restart(c)
+    problem = "Cloud Hypervisor is not available on KubeVirt v1.7.2: this kubevirt-ch release supports KubeVirt " \
+              ">=1.8.0, <1.10.0"
+    r = create(c, vmi("on-old-kubevirt"))
+    assert (r.rc, r.lines) == (1, [f"The request is invalid: {FIELD}: {FIELD}: {problem}"])
+    r = create(c, vm("vm-on-old-kubevirt"))
+    template_field = f"spec.template.{FIELD}"
+    assert (r.rc, r.lines) == (1, [f"The request is invalid: {template_field}: {template_field}: {problem}"])
+    r = create(c, launcher_pod(owner))  # virt-controller restarting the running one: refused too
+    assert r.rc == 1 and problem in r.out, r.out
+    assert create(c, vmi("qemu-on-old-kubevirt", annotations=None)).rc == 0  # QEMU VMIs are not ours
+    assert c.kubectl("label", "vmi", "before-downgrade", "a=b").rc == 0  # existing ones are not blocked
+    told_to_operators(c, "KubeVirtVersionUnsupported",
+                      f"KubeVirt kubevirt/kubevirt: {problem}; new Cloud Hypervisor VMIs and their launcher pods "
+                      "are refused")
+    assert "Cloud Hypervisor is not available on KubeVirt vX.Y.Z" in readme_row("Cloud Hypervisor is not available")
+
+    set_version(c, "kubevirt", KUBEVIRT_VERSION)  # KubeVirt upgraded (the server re-reads it every 5 min)
+    restart(c)
+    assert create(c, vmi("on-new-kubevirt")).out == "virtualmachineinstance.kubevirt.io/on-new-kubevirt created\n"
+    holds_no_more(c, "KubeVirtVersionUnsupported")
+
+
+def test_a_kubevirt_cr_named_as_hyperconverged_names_it_is_found_once_configured(c, tmp_path):
+    """The KubeVirt CR is `kubevirt/kubevirt-kubevirt-hyperconverged`, the configuration still
+    says `kubevirt/kubevirt`: every new CH VMI is refused naming the CR it could not read, until
+    the operator sets `kubevirt.name` in an overlay of their own (docs/operations.md §3), applies
+    it and restarts the server, as the README's row says."""
+    cr = c.json("get", "kubevirt", "kubevirt", "-n", "kubevirt")
+    renamed = {"apiVersion": cr["apiVersion"], "kind": "KubeVirt",
+               "metadata": {"name": HCO_NAME, "namespace": "kubevirt"}, "spec": cr["spec"]}
+    c.ok("create", "-f", "-", input=c.yaml(renamed))
+    c.ok("patch", "kubevirt", HCO_NAME, "-n", "kubevirt", "--subresource=status", "--type=merge",
+         "-p", json.dumps({"status": cr["status"]}))
+    c.ok("delete", "kubevirt", "kubevirt", "-n", "kubevirt")
+    restart(c)
+
+    r = create(c, vmi("no-kubevirt-cr"))
+    reason = "KubeVirt kubevirt/kubevirt not found"
+    assert (r.rc, r.lines) == (1, [f"The request is invalid: {FIELD}: {FIELD}: cannot verify the cluster's KubeVirt "
+                                   f"version ({reason}); Cloud Hypervisor VMIs are refused until it can be read"])
+    row = readme_row("The request is invalid: metadata.annotations[kubevirt-ch.io/hypervisor]: ")
+    assert f"cannot verify the cluster's KubeVirt version ({reason})`" in row and "`KubeVirtUnreadable`" in row
+    told_to_operators(c, "KubeVirtUnreadable", f"cannot read KubeVirt kubevirt/kubevirt ({reason}): new Cloud "
+                                               "Hypervisor VMIs and their launcher pods are refused until it can be read")
+
+    # the fix: an overlay of the operator's own that sets kubevirt.name (the add-on's files unchanged)
+    configmap = c.json("get", "configmap", "ch-admission-config", "-n", "kubevirt-ch")
+    text = configmap["data"]["config.yaml"]
+    assert text.count("\n  name: kubevirt\n") == 1
+    text = text.replace("\n  name: kubevirt\n", f"\n  name: {HCO_NAME}\n")
+    overlay = tmp_path / "my-kubevirt-ch"
+    overlay.mkdir()
+    patch = {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": "ch-admission-config", "namespace": "kubevirt-ch"}, "data": {"config.yaml": text}}
+    (overlay / "kustomization.yaml").write_text(c.yaml({
+        "sortOptions": {"order": "fifo"},  # without it: kustomize's legacy order (docs/operations.md §3)
+        "resources": [os.path.relpath(REPO / "addon_manifests", overlay)],
+        "patches": [{"patch": c.yaml(patch)}]}))
+    r = c.kubectl("apply", "-k", str(overlay))
+    expected = [f"{name} unchanged" for name in INSTALLED]
+    for name in ("configmap/ch-admission-config", "poddisruptionbudget.policy/ch-admission"):  # the PDB: test_install
+        expected[INSTALLED.index(name)] = f"{name} configured"
+    assert (r.rc, r.without_sort_notice()) == (0, expected)
+    restart(c, config=c.json("get", "configmap", "ch-admission-config", "-n", "kubevirt-ch")["data"]["config.yaml"])
+    assert create(c, vmi("found-kubevirt-cr")).out == "virtualmachineinstance.kubevirt.io/found-kubevirt-cr created\n"
+    holds_no_more(c, "KubeVirtUnreadable")
