@@ -18,6 +18,7 @@ from ch_launcher.ch.events import Event
 from ch_launcher.kubevirt.domain import GracePeriod, LifeCycle, Reason, deleted_domain_view, domain_json, now_rfc3339
 from ch_launcher.kubevirt.log import log_subcomponent_line
 from ch_launcher.lifecycle import Intent, Step, VmState
+from ch_launcher.manager.dirty import DirtyRateMeter
 from ch_launcher.manager.guest import GuestServices
 from ch_launcher.manager.live import LiveChanges
 from ch_launcher.manager.migrating import Migrating
@@ -79,6 +80,7 @@ class DomainManager(LiveChanges, Migrating):
         self._swtpm: Any = None             # manager.tpm.Swtpm of a VM with a TPM
         self._host = VmmHost(settings, self._api, self._on_event, self._on_vmm_exit)
         self._guest = GuestServices(settings)
+        self._dirty = DirtyRateMeter(self._running_vmm_pid)
         self._domain_json = ""
         self._announced = False             # an ADDED was sent for the current domain
         self._start_error: str | None = None  # a background start that failed, for the next Sync
@@ -143,6 +145,18 @@ class DomainManager(LiveChanges, Migrating):
             disks=tuple(plan.disks), interfaces=tuple(plan.interfaces), vcpus=vcpus, memory_bytes=memory,
             migration=self.migration_job_info()))
         return json.dumps(stats, separators=(",", ":"))
+
+    def _running_vmm_pid(self) -> int | None:
+        vmm = self._host.current
+        if vmm is None or self._vm.state not in (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED):
+            return None
+        return vmm.pid
+
+    async def dirty_rate(self) -> int:
+        """The guest's dirty-page rate in MiB/s, measured over one second and kept for three
+        (`manager.dirty`). Raises CommandFailed when there is no running VM or its memory
+        cannot be read."""
+        return await self._dirty.measure()
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
         """Wait (without polling) until `predicate()` holds after some change; False on timeout."""

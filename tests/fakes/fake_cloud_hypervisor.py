@@ -155,7 +155,8 @@ def parse_args(argv: list[str], version: str) -> Options:
     return opts
 
 
-def env_seconds(name: str, default: float | None, allow_never: bool = False) -> float | None:
+def env_seconds(name: str, default: float | None, allow_never: bool = False,
+                what: str = "a number of seconds") -> float | None:
     """A duration knob; `never` gives None where allowed. A bad value stops the VMM at start
     (exit 2) with a message naming the variable, never a crash later."""
     text = os.environ.get(name, "").strip()
@@ -168,7 +169,7 @@ def env_seconds(name: str, default: float | None, allow_never: bool = False) -> 
     except ValueError:
         value = -1.0
     if not 0 <= value < 1e9:  # also refuses nan and inf (time.sleep(inf) would crash)
-        fail_start(f"{name}={text!r} is not a number of seconds" + (" or 'never'" if allow_never else ""), 2)
+        fail_start(f"{name}={text!r} is not {what}" + (" or 'never'" if allow_never else ""), 2)
     return value
 
 
@@ -244,6 +245,7 @@ class FakeCloudHypervisor:
         self.vcpu_removal_delay = env_seconds("FAKE_CH_VCPU_REMOVAL_DELAY", 0.1)
         self.eject_delay = env_seconds("FAKE_CH_EJECT_DELAY", 0.05, allow_never=True)
         self.virtio_mem_delay = env_seconds("FAKE_CH_VIRTIO_MEM_DELAY", 0.05, allow_never=True)
+        self.dirty_pages = env_seconds("FAKE_CH_DIRTY_PAGES", 0.0, what="a number of pages per second") or 0.0
         self.serial = SerialPort(self.sel, buffer_when_detached=version[0] >= 53, log=self.log)
         self.vmm = Vmm(self)
         spec_path = os.environ.get("FAKE_CH_OPENAPI") or os.path.join(

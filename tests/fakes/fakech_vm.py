@@ -20,6 +20,7 @@ from typing import Any, Callable, Protocol
 
 import fakech_checks as checks
 from fakech_migration import Migrations
+from fakech_ram import GuestRam
 
 # ApiError Display strings (vmm/src/api/mod.rs@v53.0): the second element of every error chain.
 ACTION = {
@@ -98,6 +99,7 @@ class Host(Protocol):
     vcpu_removal_delay: float
     eject_delay: float | None  # None: the guest never acknowledges a PCI hot-unplug
     virtio_mem_delay: float | None  # None: the guest has no virtio-mem driver
+    dirty_pages: float  # pages a second the running guest writes (FAKE_CH_DIRTY_PAGES)
 
     def event(self, source: str, event: str, properties: dict[str, str] | None = None) -> None: ...
     def log(self, level: str, message: str) -> None: ...
@@ -163,6 +165,7 @@ class Vm:
         self.disk_locks: dict[str, int] = {}  # disk id -> its lock fd (also in lock_fds)
         self.tpm_conn: Any = None  # the control connection to swtpm, for the life of the Vm
         self.virtio_mem_plugged = 0  # bytes the guest's virtio-mem driver has plugged
+        self.ram = GuestRam.for_config(config)  # Vm::new maps the guest RAM (fakech_ram.py)
 
     def release(self) -> None:
         if self.tpm_conn is not None:
@@ -174,6 +177,9 @@ class Vm:
             except OSError:
                 pass
         self.lock_fds.clear()
+        if self.ram is not None:
+            self.ram.close()
+            self.ram = None
 
 
 class Vmm:
@@ -347,6 +353,7 @@ class Vmm:
         self.vm = vm
         self.host.serial_boot()
         self.schedule_activation(vm)
+        self.schedule_dirtying(vm)
 
     def assign_ids(self, config: dict[str, Any]) -> int:
         """Generated ids from one counter shared by all device types, skipping used ids."""
@@ -392,6 +399,21 @@ class Vmm:
                     self.host.event("virtio-device", "activated", {"id": dev_id})
 
         self.host.schedule(0.05, activate)
+
+    def schedule_dirtying(self, vm: Vm) -> None:
+        """`FAKE_CH_DIRTY_PAGES`: the running guest writes that many random RAM pages a second."""
+        rate = self.host.dirty_pages
+        if rate <= 0:
+            return
+
+        def write() -> None:
+            if self.vm is not vm or vm.ram is None:
+                return  # the VM stopped or rebooted (a reboot schedules its own)
+            if vm.state == "Running":
+                vm.ram.dirty(max(int(rate / 10), 1))
+            self.host.schedule(0.1, write)
+
+        self.host.schedule(0.1, write)
 
     def api_vm_info(self, _: Any) -> tuple[int, Any]:
         if self.config is None:

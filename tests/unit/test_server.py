@@ -37,7 +37,8 @@ def test_an_expired_deadline_still_gives_a_tiny_positive_budget():
 
 def test_every_cmd_rpc_is_either_implemented_or_refused_with_a_reason():
     service = pb.DESCRIPTOR.services_by_name["Cmd"]
-    implemented = set(COMMANDS) | {"Ping", "GetDomain", "GetDomainStats", "GetFilesystems", "GetGuestInfo",
+    implemented = set(COMMANDS) | {"Ping", "GetDomain", "GetDomainStats", "GetDomainDirtyRateStats",
+                                   "GetFilesystems", "GetGuestInfo",
                                    "GetUsers", "GetQemuVersion", "SignalTargetPodCleanup",
                                    "SyncVirtualMachineCPUs", "SyncVirtualMachineMemory", "MigrateVirtualMachine",
                                    "CancelVirtualMachineMigration", "SyncMigrationTarget",
