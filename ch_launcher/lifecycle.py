@@ -24,7 +24,7 @@ class VmState(str, enum.Enum):
     UNDEFINED = "undefined"  # no domain: nothing booted yet, or deleted (GetDomain answers "")
     RUNNING = "running"      # CH state Running
     PAUSED = "paused"        # CH state Paused
-    PANICKED = "panicked"    # CH still runs the VM, but the guest reported a panic (pvpanic)
+    PANICKED = "panicked"    # the guest reported a panic (pvpanic); the launcher is stopping its VMM
     DOWN = "down"            # the VM ran and stopped; the VMM is gone (Shutoff / Crashed)
 
 
@@ -173,11 +173,14 @@ def decide(intent: Intent, state: VmState, *, user_paused: bool = False, vmi_sta
 # --- observations -----------------------------------------------------------------------------
 
 
-def state_after_event(state: VmState, event: str) -> VmState | None:
-    """The state after Cloud Hypervisor event `event` ("vm:booted", ...), or None when the event
-    does not change it. `vm:shutdown` means the VM stopped (the VMM exits right after it)."""
+def state_after_event(state: VmState, event: str, properties: dict[str, str] | None = None) -> VmState | None:
+    """The state after Cloud Hypervisor event `event` ("vm:booted", ...) with its `properties`,
+    or None when the event does not change it. `vm:shutdown` means the VM stopped (the VMM exits
+    right after it); `guest:panic` other than `event: panic` (a kdump kernel loaded) changes nothing."""
     if state in (VmState.UNDEFINED, VmState.DOWN) and event != "vm:booted":
         return None  # stragglers of a VMM we already wrote off, or of a boot in progress
+    if event == "guest:panic" and (properties or {}).get("event", PANIC_EVENT) != PANIC_EVENT:
+        return None
     new = _EVENT_STATE.get(event)
     if new is None or new is state:
         return None
@@ -193,8 +196,13 @@ _EVENT_STATE: dict[str, VmState] = {
     "vm:restored": VmState.PAUSED,
     "vm:paused": VmState.PAUSED,
     "vm:shutdown": VmState.DOWN,
-    "guest:panic": VmState.PANICKED,
+    "guest:panic": VmState.PANICKED,  # `event: panic` only; `crash_loaded` changes nothing (see PANIC_EVENT)
 }
+
+# The `event` property of `guest:panic` that means "the guest kernel panicked" (cloud-hypervisor
+# devices/src/pvpanic.rs@v53). `crash_loaded` means a kdump kernel took over and the guest keeps
+# running: libvirt's CRASHED/CRASHLOADED event, which changes no state.
+PANIC_EVENT = "panic"
 
 # Events after which a MODIFIED Domain is sent even when the state did not change: a guest
 # reboot keeps the VM Running, but virt-handler hears of it (libvirt sends a reboot event). Other
@@ -203,9 +211,12 @@ NOTIFY_EVENTS = frozenset({"vm:rebooted"})
 
 
 def down_reason(*, saw_shutdown: bool, killing: bool, state: VmState, exit_code: int | None = None,
-                vmm_failed: bool = False) -> Reason:
+                vmm_failed: bool = False, crash_destroy: bool = False) -> Reason:
     """Why the VM is down, once the VMM has exited (or announced `vm:shutdown`).
 
+    `crash_destroy`: the launcher stopped it because the guest panicked -> Crashed, as libvirt's
+    `on_crash=destroy` (the default for the domains KubeVirt defines, which set no `on_crash`)
+    stops QEMU with `VIR_DOMAIN_SHUTOFF_CRASHED`.
     `killing`: the launcher stopped it (Kill, Delete, SIGTERM's grace expiry) -> Destroyed.
     `vmm_failed`: the VMM's log reports an internal failure (a vCPU error such as a KVM
     emulation failure, a thread that panicked: ch.vmmlog), after which CH stops the VM exactly as
@@ -221,6 +232,8 @@ def down_reason(*, saw_shutdown: bool, killing: bool, state: VmState, exit_code:
     its `vm:shutdown` event was lost (CH drops events a stalled reader misses, §6).
     Otherwise the VMM died under a live VM -> Crashed (Panicked stays Panicked).
     """
+    if crash_destroy:
+        return Reason.CRASHED
     if killing:
         return Reason.DESTROYED
     if vmm_failed:

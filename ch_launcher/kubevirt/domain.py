@@ -121,6 +121,29 @@ class GracePeriod:
 
 
 @dataclass(frozen=True)
+class GuestPanicInfo:
+    """`Status.GuestPanicInfo`: what the panic device said. virt-launcher reads the details from
+    QEMU's log (Hyper-V crash MSRs only) and reports `Type: "unknown"` when there are none
+    (kubevirt `pkg/virt-launcher/notify-client/client.go` `handleGuestPanicEvent`@d923fdb815cd);
+    Cloud Hypervisor's pvpanic carries none, so that is what we report too."""
+
+    type: str = "unknown"
+    args: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class VcpuSlot:
+    """One entry of `Spec.VCPUs` (libvirt's `<vcpus>`), present when the VM has hot-pluggable
+    vCPUs. `order` is libvirt's live `order` attribute: the boot order of an enabled vCPU
+    (1, 2, ...), 0 (not written) for a disabled one."""
+
+    id: int
+    enabled: bool
+    hotpluggable: bool
+    order: int = 0
+
+
+@dataclass(frozen=True)
 class DomainDisk:
     """One disk as `Spec.Devices.Disks[]` shows it. `alias` is the VMI disk name."""
 
@@ -180,7 +203,8 @@ class DomainView:
     sockets: int = 1
     cores: int = 1
     threads: int = 1
-    vcpus: int = 1
+    vcpus: int = 1  # Spec.VCPU.CPUs: the maximum vCPU count (libvirt's <vcpu>; `current` is not in api.VCPU)
+    vcpu_slots: tuple[VcpuSlot, ...] = ()  # Spec.VCPUs; empty: null
     memory_bytes: int = 0
     current_memory_bytes: int | None = None  # None: same as memory_bytes
     disks: tuple[DomainDisk, ...] = ()
@@ -196,6 +220,8 @@ class DomainView:
     kernel_args: str = ""
     deletion_timestamp: str | None = None  # ObjectMeta.deletionTimestamp: the VM is gone
     panic_count: int = 0
+    panic_info: GuestPanicInfo | None = None
+    panic_models: tuple[str, ...] = ()  # Spec.Devices.PanicDevices[].Model
     defined: bool = True
     migration: MigrationMetadata | None = None  # Spec.Metadata.KubeVirt.Migration
 
@@ -203,6 +229,8 @@ class DomainView:
         # Frozen dataclass: coerce in place once, so equality and hashing see tuples and enums.
         object.__setattr__(self, "disks", tuple(self.disks))
         object.__setattr__(self, "interfaces", tuple(self.interfaces))
+        object.__setattr__(self, "vcpu_slots", tuple(self.vcpu_slots))
+        object.__setattr__(self, "panic_models", tuple(self.panic_models))
         try:
             object.__setattr__(self, "status", LifeCycle(self.status))
             object.__setattr__(self, "reason", Reason(self.reason))
@@ -218,13 +246,16 @@ class DomainView:
 
 
 def deleted_domain_view(name: str, namespace: str, uid: str, when: datetime | str,
-                        *, grace: GracePeriod | None = None) -> DomainView:
+                        *, grace: GracePeriod | None = None, panic_count: int = 0,
+                        panic_info: GuestPanicInfo | None = None) -> DomainView:
     """The final Domain after the VM is gone: `NoState`/`NonExistent`, `ObjectMeta.deletionTimestamp`
     = `when`, a zero Spec carrying only the UID (`domain-example-deleted.json`). Sent as MODIFIED,
-    never DELETED (contract §2.5)."""
+    never DELETED (contract §2.5). Panic count and info carry over, as virt-launcher's domain
+    cache keeps them on every later event."""
     return DomainView(name=name, namespace=namespace, uid=uid, status=LifeCycle.NOSTATE,
                       reason=Reason.NON_EXISTENT, grace=grace, deletion_timestamp=rfc3339(when),
-                      defined=False, vcpus=0, acpi=False, arch="", cpu_mode="")
+                      defined=False, vcpus=0, acpi=False, arch="", cpu_mode="", panic_count=panic_count,
+                      panic_info=panic_info)
 
 
 # --- encoding --------------------------------------------------------------------------------
@@ -330,7 +361,7 @@ def _devices(view: DomainView) -> dict[str, Any]:
         "Interfaces": interfaces or None,
         "Channels": None,  # no guest agent channel: Cloud Hypervisor has no virtio-serial ports
         "HostDevices": None,
-        "PanicDevices": None,
+        "PanicDevices": [{"Model": m} for m in view.panic_models] or None,
         "Controllers": None,
         "Video": None,
         "Graphics": None,
@@ -365,6 +396,20 @@ def _features(view: DomainView) -> dict[str, Any] | None:
         "PMU": None,
         "VMPort": None,
     }
+
+
+def _vcpus(slots: tuple[VcpuSlot, ...]) -> dict[str, Any] | None:
+    if not slots:
+        return None
+    return {"VCPU": [{"ID": v.id, "Enabled": "yes" if v.enabled else "no",
+                      "Hotpluggable": "yes" if v.hotpluggable else "no", "Order": v.order} for v in slots]}
+
+
+def _panic_info(info: GuestPanicInfo | None) -> dict[str, Any] | None:
+    if info is None:
+        return None
+    a1, a2, a3, a4, a5 = info.args
+    return {"Type": info.type, "Arg1": a1, "Arg2": a2, "Arg3": a3, "Arg4": a4, "Arg5": a5}
 
 
 def _grace(g: GracePeriod | None) -> dict[str, Any] | None:
@@ -431,7 +476,7 @@ def _spec(view: DomainView) -> dict[str, Any]:
             "NUMA": None,
         },
         "VCPU": {"Placement": "static", "CPUs": view.vcpus} if defined else None,
-        "VCPUs": None,
+        "VCPUs": _vcpus(view.vcpu_slots) if defined else None,
         "CPUTune": None,
         "NUMATune": None,
         "IOThreads": None,
@@ -472,7 +517,7 @@ def domain_dict(view: DomainView) -> dict[str, Any]:
             "Interfaces": None,  # guest-agent data; Cloud Hypervisor has no agent channel
             "OSInfo": dict(_EMPTY_OS_INFO),
             "FSFreezeStatus": {"Status": ""},
-            "GuestPanicInfo": None,
+            "GuestPanicInfo": _panic_info(view.panic_info),
             "PanicCount": view.panic_count,
         },
     }

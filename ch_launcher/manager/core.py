@@ -7,6 +7,7 @@ import collections
 import concurrent.futures
 import contextlib
 import functools
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -15,7 +16,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ch_launcher import lifecycle
 from ch_launcher.ch import versions
 from ch_launcher.ch.events import Event
-from ch_launcher.kubevirt.domain import GracePeriod, LifeCycle, Reason, deleted_domain_view, domain_json, now_rfc3339
+from ch_launcher.kubevirt.domain import (
+    GracePeriod, GuestPanicInfo, LifeCycle, Reason, deleted_domain_view, domain_json, now_rfc3339,
+)
 from ch_launcher.kubevirt.log import log_subcomponent_line
 from ch_launcher.lifecycle import Intent, Step, VmState
 from ch_launcher.manager.dirty import DirtyRateMeter
@@ -55,7 +58,9 @@ class _Vm:
     killing: bool = False               # the launcher is stopping the current VMM
     saw_shutdown: bool = False          # the current VMM announced vm:shutdown
     failure: str | None = None          # the current VMM stopped the VM on an internal failure (its log)
-    panic_count: int = 0
+    crash_destroy: bool = False         # the launcher is stopping the VMM because the guest panicked
+    panic_count: int = 0                # Status.PanicCount, kept for the launcher's life
+    panic_info: GuestPanicInfo | None = None
     grace: GracePeriod = field(default_factory=GracePeriod)  # replaced, never mutated
     removing: set[str] = field(default_factory=set)  # disks detached, not yet ejected by the guest
     migration: Any = None               # kubevirt.migration.MigrationMetadata: the Domain's Migration
@@ -125,8 +130,6 @@ class DomainManager(LiveChanges, Migrating):
     async def domain_stats(self, timeout: float) -> str:
         """stats.DomainStats JSON of the running VM, or "" when there is none (contract §12).
         Counters the VMM cannot give within `timeout` are left out, never an error."""
-        import json
-
         from ch_launcher.ch.api import ChApiError
         from ch_launcher.stats import domain_stats
 
@@ -362,7 +365,7 @@ class DomainManager(LiveChanges, Migrating):
             vmm = await self._host.spawn()
         except VmmStartError as e:
             raise CommandFailed(f"cannot start cloud-hypervisor: {e}") from None
-        self._vm.killing = self._vm.saw_shutdown = False
+        self._vm.killing = self._vm.saw_shutdown = self._vm.crash_destroy = False
         self._vm.failure = None
         self._told.clear()
         self._seen.clear()
@@ -529,12 +532,14 @@ class DomainManager(LiveChanges, Migrating):
         vmi = self._vmi
         await self._guest.stop()
         await self._stop_swtpm()
-        self._vm = _Vm(grace=self._vm.grace, panic_count=self._vm.panic_count, migration=self._vm.migration)
+        self._vm = _Vm(grace=self._vm.grace, panic_count=self._vm.panic_count, panic_info=self._vm.panic_info,
+                       migration=self._vm.migration)
         self._domain_json = ""
         self._announced = False
         if vmi is not None:
             view = deleted_domain_view(vmi.metadata.name, vmi.metadata.namespace, vmi.metadata.uid,
-                                       now_rfc3339())
+                                       now_rfc3339(), panic_count=self._vm.panic_count,
+                                       panic_info=self._vm.panic_info)
             self._outbox.put_domain(domain_json(view), "MODIFIED")
         self.forgotten.set()
         self._bump()
@@ -544,7 +549,7 @@ class DomainManager(LiveChanges, Migrating):
     def _on_event(self, event: Event) -> None:
         vm = self._vm
         name = event.name
-        log.info("cloud-hypervisor event %s%s", name, f" {event.properties}" if event.properties else "")
+        log.info("cloud-hypervisor event %s%s", name, f" {json.dumps(event.properties)}" if event.properties else "")
         self._seen[name] += 1
         if self._migration_event(event):
             return
@@ -556,15 +561,15 @@ class DomainManager(LiveChanges, Migrating):
             self._check_failure(self._host.current)
             if vm.soft_reboot and not vm.killing and vm.failure is None:
                 return  # the exit handler boots the VM again
-        new = lifecycle.state_after_event(vm.state, name)
+        new = lifecycle.state_after_event(vm.state, name, event.properties)
         if new is VmState.DOWN:
             vm.down = lifecycle.down_reason(saw_shutdown=True, killing=vm.killing, state=vm.state,
-                                            vmm_failed=vm.failure is not None)
+                                            vmm_failed=vm.failure is not None, crash_destroy=vm.crash_destroy)
         if name == "vm:booted":
             return  # every boot is ours: _boot() publishes once vm.boot has returned
-        if name == "guest:panic" and new is not None:
-            vm.panic_count += 1
-            self._k8s_event("Warning", "GuestPanicked", f"the guest kernel panicked ({event.properties or {}})")
+        if name == "guest:panic":
+            self._guest_panicked(new)
+            return
         if new is not None or name in lifecycle.NOTIFY_EVENTS:
             self._set_state(new or vm.state, force=name in lifecycle.NOTIFY_EVENTS)
         if name == "vm:rebooted":
@@ -573,6 +578,34 @@ class DomainManager(LiveChanges, Migrating):
                 self._disk_ejected(disk)
         if name == "vm:device-removed" and event.properties:
             self._disk_ejected(str(event.properties.get("id", "")))
+
+    def _guest_panicked(self, new: VmState | None) -> None:
+        """pvpanic, as virt-launcher reports a libvirt CRASHED event (kubevirt
+        `pkg/virt-launcher/notify-client/client.go` `handleGuestPanicEvent`@d923fdb815cd):
+        PanicCount + 1, GuestPanicInfo (no details: `Type: "unknown"`), a `GuestPanicked` Warning.
+        A panic (`new` is PANICKED) is Crashed/Panicked, and then, as libvirt's on_crash=destroy
+        stops QEMU, the VMM is stopped and the Domain reads Shutoff/Crashed. A kdump kernel taking
+        over (`crash_loaded`) leaves the VM running."""
+        vm = self._vm
+        if vm.state not in (VmState.RUNNING, VmState.PAUSED):
+            return  # a straggler, or a second report of the same panic (virt-launcher handles one)
+        vm.panic_count += 1
+        vm.panic_info = GuestPanicInfo()
+        self._k8s_event("Warning", "GuestPanicked", "GuestPanicked (details unavailable)")
+        if new is not VmState.PANICKED:
+            self._publish(force=True)
+            return
+        log.error("the guest panicked; stopping cloud-hypervisor, as libvirt's on_crash=destroy stops QEMU")
+        self._set_state(VmState.PANICKED, force=True)
+        self._runner.background(self._runner.locked("on_crash=destroy", self._destroy_after_panic))
+
+    async def _destroy_after_panic(self) -> None:
+        vm = self._vm
+        if vm.state is not VmState.PANICKED:
+            return  # reset, killed or deleted meanwhile
+        vm.soft_reboot = False
+        vm.crash_destroy = True
+        await self._stop_vmm()
 
     def _on_vmm_exit(self, vmm: VmmProcess) -> None:
         self._runner.background(self._vmm_gone(vmm))
@@ -599,9 +632,10 @@ class DomainManager(LiveChanges, Migrating):
             return
         if vm.state in (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED):
             vm.down = lifecycle.down_reason(saw_shutdown=vm.saw_shutdown, killing=vm.killing, state=vm.state,
-                                            exit_code=code, vmm_failed=vm.failure is not None)
+                                            exit_code=code, vmm_failed=vm.failure is not None,
+                                            crash_destroy=vm.crash_destroy)
             self._set_state(VmState.DOWN, force=True)
-            if vm.down in (Reason.CRASHED, Reason.PANICKED) and vm.failure is None:
+            if vm.down in (Reason.CRASHED, Reason.PANICKED) and vm.failure is None and not vm.crash_destroy:
                 message = f"cloud-hypervisor (pid {vmm.pid}) {how} while the VM was running"
                 log.error("%s", message)
                 for line in vmm.log_tail(5).splitlines():  # its last words, as virt-launcher logs QEMU's
@@ -654,7 +688,7 @@ class DomainManager(LiveChanges, Migrating):
             status = (LifeCycle.PAUSED, Reason.MIGRATION)
         text = "" if status is None or vmi is None or self._plan is None else domain_json(
             domain_view(vmi, self._plan, *status, grace=vm.grace, panic_count=vm.panic_count,
-                        current_memory=self._current_memory, migration=vm.migration))
+                        current_memory=self._current_memory, migration=vm.migration, panic_info=vm.panic_info))
         changed = text != self._domain_json
         self._domain_json = text
         if text and (changed or force):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from typing import TYPE_CHECKING, Any
 
-from ch_launcher.kubevirt.domain import DomainView, GracePeriod, LifeCycle, Reason
+from ch_launcher.kubevirt.domain import DomainView, GracePeriod, GuestPanicInfo, LifeCycle, Reason, VcpuSlot
 from ch_launcher.manager.settings import CommandFailed
 
 if TYPE_CHECKING:
@@ -14,35 +14,53 @@ if TYPE_CHECKING:
 
 
 def domain_view(vmi: VirtualMachineInstance, plan: Plan, status: LifeCycle, reason: Reason, *, grace: GracePeriod,
-                panic_count: int, current_memory: int | None = None, migration: Any = None) -> DomainView:
+                panic_count: int, current_memory: int | None = None, migration: Any = None,
+                panic_info: GuestPanicInfo | None = None) -> DomainView:
     """The Domain of the VM `plan` describes, made from `vmi`, in `status`/`reason`.
     `Memory` is the boot memory plus what virtio-mem was asked for; `CurrentMemory` is
     `current_memory` (vm.info's memory_actual_size) once known, else the same."""
     cfg = plan.config
     vcpus, memory = vm_size(plan)
+    max_vcpus = cfg.cpus.max_vcpus if cfg.cpus else vcpus
     if cfg.memory is not None and cfg.memory.hotplugged_size:
         memory += cfg.memory.hotplugged_size
     topo = cfg.cpus.topology if cfg.cpus else None
     if topo is not None:
         sockets, cores, threads = topo.packages, topo.cores_per_die * topo.dies_per_package, topo.threads_per_core
     else:
-        sockets, cores, threads = vcpus, 1, 1  # KubeVirt's default: one socket per vCPU
+        sockets, cores, threads = max_vcpus, 1, 1  # KubeVirt's default: one socket per vCPU
     payload = cfg.payload
     bootloader = vmi.spec.domain.firmware.bootloader if vmi.spec.domain.firmware else None
     return DomainView(
         name=vmi.metadata.name, namespace=vmi.metadata.namespace, uid=vmi.metadata.uid,
         status=status, reason=reason, grace=grace,
-        sockets=sockets, cores=cores, threads=threads, vcpus=vcpus, memory_bytes=memory,
+        sockets=sockets, cores=cores, threads=threads, vcpus=max_vcpus,
+        vcpu_slots=vcpu_slots(vmi, vcpus, max_vcpus, cores * threads), memory_bytes=memory,
         current_memory_bytes=current_memory,
         disks=tuple(plan.disks), interfaces=tuple(plan.interfaces), acpi=acpi_enabled(vmi),
         uuid=vm_uuid(plan, vmi), machine=vmi.spec.domain.machine.type if vmi.spec.domain.machine else "",
         firmware="efi" if bootloader is not None and bootloader.efi is not None else "",
         kernel=(payload.kernel or "") if payload else "", initrd=(payload.initramfs or "") if payload else "",
-        kernel_args=(payload.cmdline or "") if payload else "", panic_count=panic_count, migration=migration)
+        kernel_args=(payload.cmdline or "") if payload else "", panic_count=panic_count, panic_info=panic_info,
+        migration=migration,
+        panic_models=("pvpanic",) if cfg.pvpanic else ())
+
+
+def vcpu_slots(vmi: VirtualMachineInstance, enabled: int, maximum: int, per_socket: int) -> tuple[VcpuSlot, ...]:
+    """`Spec.VCPUs` as virt-launcher's converter lists them when the VMI has `maxSockets`
+    (kubevirt `pkg/virt-launcher/virtwrap/converter/compute/cpu.go` `configureCPUTopology`
+    @d923fdb815cd): one entry per possible vCPU, the first `enabled` on, those past the first
+    socket hot-pluggable, and libvirt's live `order` (1, 2, ...) on the enabled ones. Without
+    `maxSockets` there is no list (and `maximum == enabled`)."""
+    cpu = vmi.spec.domain.cpu
+    if cpu is None or not cpu.maxSockets:
+        return ()
+    return tuple(VcpuSlot(id=n, enabled=n < enabled, hotpluggable=n >= per_socket, order=n + 1 if n < enabled else 0)
+                 for n in range(maximum))
 
 
 def vm_size(plan: Plan) -> tuple[int, int]:
-    """The VM's boot vCPUs and memory in bytes, as its VmConfig says (1 and 0 when unset)."""
+    """The VM's boot (current) vCPUs and memory in bytes, as its VmConfig says (1 and 0 when unset)."""
     cfg = plan.config
     return (cfg.cpus.boot_vcpus if cfg.cpus else 1), (cfg.memory.size if cfg.memory else 0)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import select
 import signal
 import time
 
@@ -428,16 +429,51 @@ def test_soft_reboot_without_acpi_is_refused_with_kubevirts_message(vh):
 
 
 @BOTH_VMMS
-def test_a_guest_panic_is_crashed_panicked(new_harness):
+def test_a_guest_panic_is_crashed_panicked_then_the_vmm_goes_away_as_under_on_crash_destroy(new_harness):
+    # libvirt's default on_crash=destroy (KubeVirt's domains set none): CRASHED/PANICKED, then QEMU
+    # is stopped and the domain reads Shutoff/Crashed. virt-launcher reports the panic with
+    # PanicCount, GuestPanicInfo and a GuestPanicked Warning (notify-client/client.go@d923fdb815cd).
     h = new_harness(vmi=make_vmi(devices={"panicDevices": [{"model": "pvpanic"}]}))
 
     async def story():
         await h.boot()
+        assert (await h.client.get_domain())["Spec"]["Devices"]["PanicDevices"] == [{"Model": "pvpanic"}]
+        vmm = os.pidfd_open(h.vmm_pid())
         await h.guest_does("panic")
-        event = await h.recorder.wait_for_status("Crashed", "Panicked")
-        assert event.domain["Status"]["PanicCount"] == 1
-        await h.client.vmi_command("KillVirtualMachine", h.vmi)
-        await h.recorder.wait_for_status("Shutoff", "Destroyed")
+        crashed = await h.recorder.wait_for_status("Crashed", "Panicked")
+        assert crashed.domain["Status"]["PanicCount"] == 1
+        assert crashed.domain["Status"]["GuestPanicInfo"]["Type"] == "unknown"
+        warning = await h.recorder.wait_for_k8s_event("GuestPanicked")
+        assert (warning["type"], warning["message"]) == ("Warning", "GuestPanicked (details unavailable)")
+        down = await h.recorder.wait_for_status("Shutoff", "Crashed")
+        assert down.domain["Status"]["PanicCount"] == 1
+        exited, _, _ = await asyncio.to_thread(select.select, [vmm], [], [], 10.0)
+        os.close(vmm)
+        assert exited, "the VMM of a panicked guest is still running"
+        assert "VMMCrashed" not in [e.get("reason") for e in h.recorder.k8s_events]  # the launcher stopped it
+        await h.client.vmi_command("DeleteVirtualMachine", h.vmi)
+        final = await h.recorder.wait_for_deleted()
+        assert final.domain["Status"]["PanicCount"] == 1
+
+    h.run(story())
+
+
+def test_a_kdump_kernel_taking_over_is_a_reported_panic_and_the_vm_runs_on(new_harness):
+    # pvpanic `crash_loaded`: libvirt's CRASHED/CRASHLOADED event, no state change, no destroy.
+    h = new_harness(vmi=make_vmi(devices={"panicDevices": [{"model": "pvpanic"}]}),
+                    env={"FAKE_CH_PANIC_EVENT": "crash_loaded"})
+
+    async def story():
+        await h.boot()
+        since = len(h.recorder.events)
+        h.signal_vmm(signal.SIGURG)
+        warning = await h.recorder.wait_for_k8s_event("GuestPanicked")
+        assert warning["message"] == "GuestPanicked (details unavailable)"
+        event = await h.recorder.wait_for(lambda e: e.domain["Status"]["PanicCount"] == 1, since=since)
+        assert (event.status, event.reason) == ("Running", "Unknown")
+        assert event.domain["Status"]["GuestPanicInfo"]["Type"] == "unknown"
+        assert (await h.client.get_domain())["Status"]["Status"] == "Running"
+        assert len(h.launcher.children()) == 1
 
     h.run(story())
 

@@ -22,8 +22,10 @@ from ch_launcher.kubevirt.domain import (
     DomainInterface,
     DomainView,
     GracePeriod,
+    GuestPanicInfo,
     LifeCycle,
     Reason,
+    VcpuSlot,
     deleted_domain_view,
     domain_dict,
     domain_json,
@@ -219,6 +221,38 @@ def test_device_details_reach_the_json() -> None:
     assert d["Spec"]["CPU"]["Topology"] == {"Sockets": 2, "Cores": 2, "Threads": 1}
     assert d["Spec"]["VCPU"] == {"Placement": "static", "CPUs": 4}
     assert d["Spec"]["CurrentMemory"] == {"Value": 4096, "Unit": "b"}
+
+
+def test_a_panic_reads_as_virt_launchers_guest_panic_info_with_go_field_names() -> None:
+    # api.GuestPanicInfo{Type, Arg1..Arg5} (schema.go@d923fdb815cd); virt-launcher reports
+    # Type "unknown" when the panic carries no details, as pvpanic's never does.
+    d = domain_dict(example_view(LifeCycle.CRASHED, Reason.PANICKED, panic_count=1, panic_info=GuestPanicInfo()))
+    assert d["Status"]["GuestPanicInfo"] == {"Type": "unknown", "Arg1": 0, "Arg2": 0, "Arg3": 0, "Arg4": 0,
+                                             "Arg5": 0}
+    assert d["Status"]["PanicCount"] == 1
+    assert domain_dict(example_view(LifeCycle.RUNNING, Reason.UNKNOWN))["Status"]["GuestPanicInfo"] is None
+
+
+def test_the_panic_count_and_info_outlive_the_vm_in_the_final_domain() -> None:
+    d = domain_dict(deleted_domain_view(NAME, NAMESPACE, UID, "2026-08-22T10:00:00Z", panic_count=2,
+                                        panic_info=GuestPanicInfo()))
+    assert d["Status"]["PanicCount"] == 2 and d["Status"]["GuestPanicInfo"]["Type"] == "unknown"
+
+
+def test_panic_devices_are_listed_with_their_model() -> None:
+    d = domain_dict(example_view(LifeCycle.RUNNING, Reason.UNKNOWN, panic_models=("pvpanic",)))
+    assert d["Spec"]["Devices"]["PanicDevices"] == [{"Model": "pvpanic"}]  # api.PanicDevice{Model}
+    assert domain_dict(example_view(LifeCycle.RUNNING, Reason.UNKNOWN))["Spec"]["Devices"]["PanicDevices"] is None
+
+
+def test_hot_pluggable_vcpus_are_listed_as_libvirt_lists_them() -> None:
+    slots = (VcpuSlot(0, True, False, 1), VcpuSlot(1, False, True))
+    d = domain_dict(example_view(LifeCycle.RUNNING, Reason.UNKNOWN, sockets=2, vcpus=2, vcpu_slots=slots))
+    assert d["Spec"]["VCPU"] == {"Placement": "static", "CPUs": 2}
+    # api.VCPUs{VCPU []VCPUsVCPU{ID, Enabled, Hotpluggable, Order}}, libvirt's yes/no strings
+    assert d["Spec"]["VCPUs"] == {"VCPU": [{"ID": 0, "Enabled": "yes", "Hotpluggable": "no", "Order": 1},
+                                           {"ID": 1, "Enabled": "no", "Hotpluggable": "yes", "Order": 0}]}
+    assert domain_dict(example_view(LifeCycle.RUNNING, Reason.UNKNOWN))["Spec"]["VCPUs"] is None
 
 
 # --- decoding as Go's encoding/json does ------------------------------------------------------

@@ -123,6 +123,18 @@ def test_events_that_do_not_change_the_state(event, state):
     assert state_after_event(state, event) is None
 
 
+def test_a_kdump_kernel_taking_over_changes_no_state():
+    # cloud-hypervisor's pvpanic `crash_loaded`: libvirt's CRASHED/CRASHLOADED, the guest runs on
+    assert state_after_event(VmState.RUNNING, "guest:panic", {"event": "crash_loaded"}) is None
+    assert state_after_event(VmState.RUNNING, "guest:panic", {"event": "panic"}) is VmState.PANICKED
+
+
+def test_a_vm_stopped_after_its_guest_panicked_is_crashed_as_libvirts_on_crash_destroy():
+    for state in (VmState.PANICKED, VmState.RUNNING):
+        assert down_reason(saw_shutdown=True, killing=True, state=state, crash_destroy=True) is Reason.CRASHED
+    assert domain_status(VmState.DOWN, user_paused=False, down=Reason.CRASHED) == (LifeCycle.SHUTOFF, Reason.CRASHED)
+
+
 def test_down_reasons():
     assert down_reason(saw_shutdown=True, killing=True, state=VmState.RUNNING) is Reason.DESTROYED
     assert down_reason(saw_shutdown=True, killing=False, state=VmState.RUNNING) is Reason.SHUTDOWN
