@@ -210,7 +210,8 @@ class CmdServicer(cmd_grpc.CmdServicer):
         # virt-handler's dirty-rate collector calls this for every Running VMI on every scrape
         # and logs an error for each failure: measured by page sampling (ch_launcher.dirtyrate).
         try:
-            rate = await asyncio.wait_for(self._manager.dirty_rate(), budget(context, LONG))
+            limit = budget(context, LONG)
+            rate = await asyncio.wait_for(self._manager.dirty_rate(timeout=limit / 2), limit)
         except CommandFailed as e:
             log.info("GetDomainDirtyRateStats: %s", e)
             return pb.DirtyRateStatsResponse(response=failure(str(e)))

@@ -214,7 +214,8 @@ class DomainView:
     machine: str = ""  # Spec.OS.Type.Machine -> vmi.status.machine.type
     arch: str = HOST_ARCH
     cpu_mode: str = "host-passthrough"  # Cloud Hypervisor exposes the host CPU
-    firmware: str = ""  # Spec.OS.Firmware: "" (BIOS) or "efi"
+    firmware: str = ""  # Spec.OS.Firmware: libvirt's firmware auto-selection ("efi"); KubeVirt's x86 EFI sets none
+    loader: str = ""  # Spec.OS.BootLoader.Path: the EFI firmware, loaded read-only with no NVRAM ("rom")
     kernel: str = ""
     initrd: str = ""
     kernel_args: str = ""
@@ -445,7 +446,11 @@ def _spec(view: DomainView) -> dict[str, Any]:
             "BootOrder": None,
             "BootMenu": None,
             "BIOS": None,
-            "BootLoader": None,
+            # virt-launcher's EFI loader shape (converter/compute/os.go configureEFI); Cloud
+            # Hypervisor loads CLOUDHV.fd as its firmware payload and keeps no EFI variables, as
+            # libvirt's stateless "rom" loader (which KubeVirt uses for SEV-SNP and TDX).
+            "BootLoader": ({"ReadOnly": "yes", "Secure": "no", "Type": "rom", "Path": view.loader}
+                           if view.loader else None),
             "NVRam": None,
             "Kernel": view.kernel,
             "Initrd": view.initrd,

@@ -55,6 +55,7 @@ class _Vm:
     user_paused: bool = False
     down: Reason | None = None
     soft_reboot: bool = False           # the next guest poweroff boots the VM again
+    rebooting: bool = False             # the guest shut down for a soft reboot; a fresh VM is on its way
     killing: bool = False               # the launcher is stopping the current VMM
     saw_shutdown: bool = False          # the current VMM announced vm:shutdown
     failure: str | None = None          # the current VMM stopped the VM on an internal failure (its log)
@@ -155,10 +156,17 @@ class DomainManager(LiveChanges, Migrating):
             return None
         return vmm.pid
 
-    async def dirty_rate(self) -> int:
+    def _between_boots(self) -> bool:
+        """A soft reboot is replacing the VMM: the domain stays Running (as libvirt's fake reboot
+        keeps QEMU), but there is no guest RAM to look at until the fresh VM has booted."""
+        vm = self._vm
+        return vm.rebooting and not vm.killing and vm.state in (VmState.RUNNING, VmState.PAUSED)
+
+    async def dirty_rate(self, timeout: float = 10.0) -> int:
         """The guest's dirty-page rate in MiB/s, measured over one second and kept for three
-        (`manager.dirty`). Raises CommandFailed when there is no running VM or its memory
-        cannot be read."""
+        (`manager.dirty`); during a soft reboot, of the fresh VM once it runs (waiting up to
+        `timeout`). Raises CommandFailed when there is no running VM or its memory cannot be read."""
+        await self.wait_until(lambda: not self._between_boots(), timeout)
         return await self._dirty.measure()
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
@@ -560,6 +568,7 @@ class DomainManager(LiveChanges, Migrating):
             vm.saw_shutdown = True
             self._check_failure(self._host.current)
             if vm.soft_reboot and not vm.killing and vm.failure is None:
+                vm.rebooting = True
                 return  # the exit handler boots the VM again
         new = lifecycle.state_after_event(vm.state, name, event.properties)
         if new is VmState.DOWN:
@@ -673,6 +682,9 @@ class DomainManager(LiveChanges, Migrating):
             log.error("soft reboot: %s", e)
             self._vm.down = Reason.CRASHED
             self._set_state(VmState.DOWN, force=True)
+        finally:
+            self._vm.rebooting = False
+            self._bump()
 
     # --- the Domain ----------------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ def domain_view(vmi: VirtualMachineInstance, plan: Plan, status: LifeCycle, reas
         current_memory_bytes=current_memory,
         disks=tuple(plan.disks), interfaces=tuple(plan.interfaces), acpi=acpi_enabled(vmi),
         uuid=vm_uuid(plan, vmi), machine=vmi.spec.domain.machine.type if vmi.spec.domain.machine else "",
-        firmware="efi" if bootloader is not None and bootloader.efi is not None else "",
+        loader=(payload.firmware or "") if payload and bootloader is not None and bootloader.efi is not None else "",
         kernel=(payload.kernel or "") if payload else "", initrd=(payload.initramfs or "") if payload else "",
         kernel_args=(payload.cmdline or "") if payload else "", panic_count=panic_count, panic_info=panic_info,
         migration=migration,

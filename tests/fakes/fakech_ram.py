@@ -7,7 +7,7 @@ shared when `memory.shared` or hugepages are set) and marks it `MADV_DONTDUMP`
 after the boot RAM. The launcher's dirty-rate measurement (`ch_launcher.dirtyrate`) finds the RAM
 by those marks in `/proc/<pid>/smaps` and samples it through `/proc/<pid>/mem`; this module gives
 the simulated VMM the same mapping. Nothing touches it unless `FAKE_CH_DIRTY_PAGES` asks the
-simulated guest to write pages, so it costs no memory.
+simulated guest to write pages (within its first 64 MiB), so it costs no memory.
 
 Stdlib only.
 """
@@ -19,6 +19,7 @@ import os
 import random
 from typing import Any
 
+WORKING_SET = 64 << 20  # where the simulated guest writes (FAKE_CH_DIRTY_PAGES)
 # Python < 3.13 does not name it; the value is Linux's (asm-generic/mman.h on x86 and arm64).
 MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)
 
@@ -54,8 +55,10 @@ class GuestRam:
             return None
 
     def dirty(self, pages: int) -> None:
+        """Write `pages` random pages of the working set: the first WORKING_SET bytes, as a guest
+        keeps rewriting the memory it uses (so the VMM's RSS stays bounded)."""
         pagesize = mmap.PAGESIZE
-        count = self.size // pagesize
+        count = min(self.size, WORKING_SET) // pagesize
         for _ in range(pages):
             self._stamp += 1
             offset = self._rng.randrange(count) * pagesize

@@ -416,6 +416,23 @@ def test_soft_reboot_shuts_the_guest_down_cleanly_and_boots_it_again(vh):
     vh.run(story())
 
 
+def test_the_dirty_rate_asked_during_a_soft_reboot_is_the_fresh_vms(vh):
+    # Between the guest's poweroff and the fresh boot the domain stays Running (libvirt's fake
+    # reboot keeps QEMU, and its dirty rate answers): the measurement waits for the fresh VM.
+    async def story():
+        await vh.boot()
+        old = os.pidfd_open(vh.vmm_pid())
+        await vh.client.vmi_command("SoftRebootVirtualMachine", vh.vmi)
+        exited, _, _ = await asyncio.to_thread(select.select, [old], [], [], 10.0)
+        os.close(old)
+        assert exited, "the guest did not power off for the soft reboot"
+        reply = await vh.client.call("GetDomainDirtyRateStats")
+        assert reply.response.success, reply.response.message
+        assert reply.dirtyRateMbs == 0
+
+    vh.run(story())
+
+
 def test_soft_reboot_without_acpi_is_refused_with_kubevirts_message(vh):
     async def story():
         await vh.boot()

@@ -60,3 +60,14 @@ def test_a_panic_device_is_listed_as_the_pvpanic_device_the_vm_has(model):
     s = spec(devices={"panicDevices": [device]})
     assert s["Devices"]["PanicDevices"] == [{"Model": "pvpanic"}]
     assert spec()["Devices"]["PanicDevices"] is None
+
+
+def test_an_efi_vm_shows_virt_launchers_loader_shape_for_firmware_without_nvram():
+    # virt-launcher writes OS.BootLoader{Path, ReadOnly, Secure, Type} and no OS.Firmware for an
+    # x86 EFI VMI; CH loads CLOUDHV.fd as its payload and keeps no EFI variables ("rom", no NVRam)
+    s = spec(firmware={"bootloader": {"efi": {"secureBoot": False}}})
+    assert s["OS"]["Firmware"] == "" and s["OS"]["NVRam"] is None
+    loader = s["OS"]["BootLoader"]
+    assert (loader["ReadOnly"], loader["Secure"], loader["Type"]) == ("yes", "no", "rom")
+    assert loader["Path"].endswith("/CLOUDHV.fd")
+    assert spec()["OS"]["BootLoader"] is None  # BIOS: no loader element, as libvirt's SeaBIOS default
