@@ -1,0 +1,185 @@
+"""KubeVirt's own virt-handler code plays every story against ch-launcher (tests/functional/probe.py):
+on the simulated VMM, and on the real cloud-hypervisor as the pod runs it (uid 107, only
+NET_BIND_SERVICE, its own network namespace). Each story fails on any discrepancy the probe
+flags, any error-level log line of KubeVirt's code (virt-handler's metrics scrapers log one per
+failed scrape), and any failed call that is not a refusal the launcher declares."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+import pytest
+import yaml
+
+from ch_launcher.server import NOT_SERVED
+from demo import FAKE_CH
+from tests.conftest import KUBEVIRT_EXAMPLES
+from tests.functional.pod_fixtures import real_binary, real_vmm_reason
+from tests.functional.pod_sandbox import PodSandbox, hashed_pod_interface, missing_requirements
+from tests.functional.probe import NAME, NAMESPACE, UID, ProbeRun, probe_binary, refusal_problems, run_probe
+from tests.guest.build import guest_payload
+
+pytestmark = pytest.mark.probe
+
+SCENARIOS = ("main", "kill", "poweroff", "sigterm", "crash", "panic", "runtime")
+
+# What virt-handler then sees, beyond the probe's own checks: the event sequence's telling part,
+# the K8s events, and lines the story must print.
+EXPECTED: dict[str, dict[str, Any]] = {
+    "main": {"events": "MODIFIED Paused/User", "final": "Shutoff/Shutdown", "k8s": "[]",
+             "lines": ("dirty-rate collector: 1 metric samples", "metric kubevirt_vmi_dirty_rate_bytes_per_second")},
+    "kill": {"final": "Shutoff/Destroyed", "k8s": "[]"},
+    "poweroff": {"final": "Shutoff/Shutdown", "k8s": "[]"},
+    "sigterm": {"final": "Shutoff/", "k8s": "[]"},
+    "crash": {"final": "Shutoff/Crashed", "k8s": "[VMMCrashed]"},
+    "panic": {"events": "MODIFIED Crashed/Panicked -> MODIFIED Shutoff/Crashed", "final": "Shutoff/Crashed",
+              "k8s": "[GuestPanicked]"},
+    "runtime": {"final": "Shutoff/Destroyed", "k8s": "[]", "lines": ("AdjustResources (Running) OK",)},
+}
+
+
+@functools.cache
+def _probe() -> str | None:
+    return probe_binary()
+
+
+@pytest.fixture
+def probe() -> str:
+    path = _probe()
+    if path is None:
+        pytest.skip("../shared/tools/kubevirt-probe is absent: ../shared is not beside this checkout")
+    return path
+
+
+def assert_clean(run: ProbeRun, scenario: str) -> None:
+    """The story ran, nothing was flagged, KubeVirt's code logged no error, and every failed call
+    is a refusal the launcher declares; then what virt-handler saw is what this story means."""
+    assert run.returncode == 0, (f"{len(run.discrepancies)} discrepancies: {run.discrepancies}\n"
+                                 f"{run.report()}")
+    assert run.kubevirt_errors == [], run.report()
+    assert refusal_problems(run, set(NOT_SERVED)) == [], run.report()
+    expected = EXPECTED[scenario]
+    sequence = run.line("event sequence: ")
+    assert sequence.startswith("event sequence: ADDED Running/Unknown"), run.report()
+    assert sequence.endswith("MODIFIED NoState/NonExistent+deleted"), run.report()
+    final = sequence.rsplit(" -> ", 2)[-2]
+    assert final.startswith("MODIFIED " + expected["final"]), run.report()
+    if "events" in expected:
+        assert expected["events"] in sequence, run.report()
+    assert run.line("k8s events recorded: ") == f"k8s events recorded: {expected['k8s']}", run.report()
+    for line in expected.get("lines", ()):
+        assert line in run.output, run.report()
+
+
+# --- the simulated VMM ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_kubevirts_own_client_plays_each_story_on_the_simulated_vmm(probe, scenario):
+    env = {"CHPROBE_PVPANIC": "1"} if scenario == "panic" else {}
+    run = run_probe(scenario, probe=probe, ch_binary=str(FAKE_CH), env=env)
+    assert_clean(run, scenario)
+    if scenario == "panic":
+        after = run.seen["domain_(after_panic)"]
+        assert after["Status"]["GuestPanicInfo"]["Type"] == "unknown" and after["Status"]["PanicCount"] == 1
+        assert after["Spec"]["Devices"]["PanicDevices"] == [{"Model": "pvpanic"}]
+
+
+def test_the_domain_shows_the_vcpus_virt_api_gave_the_vmi_as_virt_launcher_does(probe):
+    # virt-api's defaults give the probe's VMI maxSockets 4 (LiveUpdate): four possible vCPUs, one on
+    run = run_probe("kill", probe=probe, ch_binary=str(FAKE_CH))
+    assert run.returncode == 0, run.report()
+    assert run.seen["vmi"]["spec"]["domain"]["cpu"]["maxSockets"] == 4
+    spec = run.seen["domain_(Running)"]["Spec"]
+    assert spec["CPU"]["Topology"] == {"Sockets": 4, "Cores": 1, "Threads": 1}
+    assert spec["VCPU"] == {"Placement": "static", "CPUs": 4}
+    assert [(v["ID"], v["Enabled"], v["Hotpluggable"]) for v in spec["VCPUs"]["VCPU"]] == [
+        (0, "yes", "no"), (1, "no", "yes"), (2, "no", "yes"), (3, "no", "yes")]
+
+
+def test_a_guest_that_dirties_memory_shows_in_virt_handlers_dirty_rate_metric(probe):
+    run = run_probe("main", probe=probe, ch_binary=str(FAKE_CH), env={"FAKE_CH_DIRTY_PAGES": "20000"})
+    assert_clean(run, "main")
+    metric = run.line("metric kubevirt_vmi_dirty_rate_bytes_per_second")
+    assert metric and float(metric.rsplit("= ", 1)[1]) > 0, run.report()
+
+
+# --- the real VMM, as the pod runs it ------------------------------------------------------------
+
+
+@pytest.fixture
+def real_pod():
+    reason = real_vmm_reason() or missing_requirements()
+    if reason:
+        pytest.skip(f"real cloud-hypervisor in a pod sandbox: {reason}")
+    with PodSandbox() as sandbox:
+        firmware = sandbox.root / "fw"
+        firmware.mkdir()
+        (firmware / "hypervisor-fw").write_bytes(guest_payload().read_bytes())
+        yield sandbox, firmware
+
+
+@pytest.mark.real_vmm
+@pytest.mark.parametrize("scenario", ["kill", "sigterm", "crash", "runtime"])
+def test_kubevirts_own_client_plays_each_story_on_the_real_vmm_in_the_pod(probe, real_pod, scenario):
+    pod, firmware = real_pod
+    run = run_probe(scenario, probe=probe, ch_binary=str(real_binary()), firmware=firmware, pod=pod)
+    assert_clean(run, scenario)
+
+
+# --- KubeVirt's example VMIs ---------------------------------------------------------------------
+
+
+def example_vmi(name: str) -> dict[str, Any]:
+    """A KubeVirt example VMI as the launcher of pod p1 gets it (its identity from the flags)."""
+    docs = list(yaml.safe_load_all((KUBEVIRT_EXAMPLES / name).read_text()))
+    vmi = copy.deepcopy(next(d for d in docs if d and d.get("kind") == "VirtualMachineInstance"))
+    vmi["metadata"].update(name=NAME, namespace=NAMESPACE, uid=UID)
+    return vmi
+
+
+def pod_network(pod: PodSandbox, vmi: dict[str, Any]) -> None:
+    """What virt-handler builds in the pod for the VMI's interfaces before the first Sync; a VMI
+    without interfaces gets virt-api's default, a bridge on the pod network."""
+    interfaces = vmi["spec"]["domain"].get("devices", {}).get("interfaces") or [{"name": "default", "bridge": {}}]
+    networks = {n["name"]: n for n in vmi["spec"].get("networks") or [{"name": "default", "pod": {}}]}
+    for index, iface in enumerate(interfaces):
+        network = networks[iface["name"]]
+        if "pod" in network or network.get("multus", {}).get("default"):
+            pod_iface, tap = "eth0", "tap0"
+        else:
+            pod_iface = hashed_pod_interface(iface["name"])
+            tap = "tap" + pod_iface[3:]
+        mac = f"0a:58:0a:f4:{index + 1:02x}:05"  # each pod link has its own
+        if "masquerade" in iface:
+            pod.masquerade(pod_iface, tap=tap, mac=mac)
+        else:
+            pod.bridge(pod_iface, tap=tap, index=index, mac=mac, ip=f"10.244.{index + 1}.5",
+                       gateway=f"10.244.{index + 1}.1")
+
+
+# KubeVirt's examples this backend runs, and what each brings that the probe's own VMI has not.
+EXAMPLES = {
+    "vmi-fedora.yaml": "masquerade on the pod network",
+    "vmi-masquerade.yaml": "masquerade with forwarded ports",
+    "vmi-alpine-efi.yaml": "EFI firmware, a bridge on the pod network",
+    "vmi-nocloud.yaml": "three disks: containerDisk, cloud-init, emptyDisk",
+    "vmi-multus-multiple-net.yaml": "two NICs: masquerade on the pod network and a Multus bridge",
+    "vmi-pvc.yaml": "a persistentVolumeClaim disk",
+}
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_kubevirts_examples_play_the_main_story_in_the_pod(probe, example):
+    if not KUBEVIRT_EXAMPLES.exists():
+        pytest.skip(f"{KUBEVIRT_EXAMPLES} is absent: ../shared/reference is not beside this checkout")
+    reason = missing_requirements()
+    if reason:
+        pytest.skip(reason)
+    vmi = example_vmi(example)
+    with PodSandbox() as pod:
+        pod_network(pod, vmi)
+        run = run_probe("main", probe=probe, ch_binary=str(FAKE_CH), vmi=vmi, pod=pod)
+    assert_clean(run, "main")
