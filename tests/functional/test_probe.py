@@ -17,7 +17,8 @@ from ch_launcher.server import NOT_SERVED
 from demo import FAKE_CH
 from tests.conftest import KUBEVIRT_EXAMPLES
 from tests.functional.pod_fixtures import real_binary, real_vmm_reason
-from tests.functional.pod_sandbox import PodSandbox, hashed_pod_interface, missing_requirements
+from tests.functional.pod_probes import hashed_pod_interface
+from tests.functional.pod_sandbox import PodSandbox, missing_requirements
 from tests.functional.probe import NAME, NAMESPACE, UID, ProbeRun, probe_binary, refusal_problems, run_probe
 from tests.guest.build import guest_payload
 
