@@ -1,13 +1,17 @@
 """KubeVirt's own virt-handler code plays every story against ch-launcher (tests/functional/probe.py):
 on the simulated VMM, and on the real cloud-hypervisor as the pod runs it (uid 107, only
-NET_BIND_SERVICE, its own network namespace). Each story fails on any discrepancy the probe
-flags, any error-level log line of KubeVirt's code (virt-handler's metrics scrapers log one per
-failed scrape), and any failed call that is not a refusal the launcher declares."""
+NET_BIND_SERVICE, its own network namespace) with the tiny guest (tests/guest/), whose console
+commands make it power off or panic; KubeVirt's example VMIs play the main story there too.
+Each story fails on any discrepancy the probe flags, any error-level log line of KubeVirt's code
+(virt-handler's metrics scrapers log one per failed scrape), and any failed call that is not a
+refusal the launcher declares."""
 
 from __future__ import annotations
 
 import copy
 import functools
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,23 +114,42 @@ def test_a_guest_that_dirties_memory_shows_in_virt_handlers_dirty_rate_metric(pr
 # --- the real VMM, as the pod runs it ------------------------------------------------------------
 
 
-@pytest.fixture
-def real_pod():
-    reason = real_vmm_reason() or missing_requirements()
+def tiny_guest_firmware(pod: PodSandbox) -> Path:
+    """A firmware directory whose BIOS and EFI firmware are both the tiny guest (tests/guest/)."""
+    firmware = pod.root / "fw"
+    firmware.mkdir()
+    for name in ("hypervisor-fw", "CLOUDHV.fd"):
+        (firmware / name).write_bytes(guest_payload().read_bytes())
+    return firmware
+
+
+def real_vmm_in_a_pod() -> None:
+    reason = missing_requirements() or real_vmm_reason()
     if reason:
         pytest.skip(f"real cloud-hypervisor in a pod sandbox: {reason}")
+
+
+@pytest.fixture
+def real_pod():
+    real_vmm_in_a_pod()
     with PodSandbox() as sandbox:
-        firmware = sandbox.root / "fw"
-        firmware.mkdir()
-        (firmware / "hypervisor-fw").write_bytes(guest_payload().read_bytes())
-        yield sandbox, firmware
+        yield sandbox, tiny_guest_firmware(sandbox)
+
+
+# The guest-driven stories on the real VMM: the probe runs CHPROBE_GUEST_ACTION (sh -c, with
+# CHPROBE_ACTION=poweroff|panic) to make the tiny guest do it through the launcher's console
+# (tests/guest/console.py finds <private-dir>/<uid>/virt-serial0); KCH_ROOT is the pod's root.
+GUEST_ACTION = f"{sys.executable} -m tests.guest.console \"$KCH_ROOT/private\" \"$CHPROBE_ACTION\""
 
 
 @pytest.mark.real_vmm
-@pytest.mark.parametrize("scenario", ["kill", "sigterm", "crash", "runtime"])
+@pytest.mark.parametrize("scenario", SCENARIOS)
 def test_kubevirts_own_client_plays_each_story_on_the_real_vmm_in_the_pod(probe, real_pod, scenario):
     pod, firmware = real_pod
-    run = run_probe(scenario, probe=probe, ch_binary=str(real_binary()), firmware=firmware, pod=pod)
+    env = {"CHPROBE_GUEST_ACTION": GUEST_ACTION}
+    if scenario == "panic":
+        env["CHPROBE_PVPANIC"] = "1"
+    run = run_probe(scenario, probe=probe, ch_binary=str(real_binary()), firmware=firmware, pod=pod, env=env)
     assert_clean(run, scenario)
 
 
@@ -172,15 +195,17 @@ EXAMPLES = {
 }
 
 
+@pytest.mark.real_vmm
 @pytest.mark.parametrize("example", sorted(EXAMPLES))
-def test_kubevirts_examples_play_the_main_story_in_the_pod(probe, example):
+def test_kubevirts_examples_play_the_main_story_on_the_real_vmm_in_the_pod(probe, example):
+    # On the real VMM only: what these VMIs add (taps, EFI, more disks, a PVC) is what the real
+    # binary may refuse and the simulation not; the tiny guest boots as BIOS and as EFI firmware.
     if not KUBEVIRT_EXAMPLES.exists():
         pytest.skip(f"{KUBEVIRT_EXAMPLES} is absent: ../shared/reference is not beside this checkout")
-    reason = missing_requirements()
-    if reason:
-        pytest.skip(reason)
+    real_vmm_in_a_pod()
     vmi = example_vmi(example)
     with PodSandbox() as pod:
         pod_network(pod, vmi)
-        run = run_probe("main", probe=probe, ch_binary=str(FAKE_CH), vmi=vmi, pod=pod)
+        run = run_probe("main", probe=probe, ch_binary=str(real_binary()), firmware=tiny_guest_firmware(pod),
+                        vmi=vmi, pod=pod, env={"CHPROBE_GUEST_ACTION": GUEST_ACTION})
     assert_clean(run, "main")
