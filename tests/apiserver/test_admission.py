@@ -15,6 +15,7 @@ import yaml
 
 from admission.mutate import RECORD_ANNOTATION
 from tests.apiserver.cluster import REPO, Run
+from tests.apiserver.readme import row_showing
 
 
 CH = {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"}
@@ -99,6 +100,7 @@ def test_a_vmi_cloud_hypervisor_cannot_run_is_refused_naming_the_field(cluster):
     assert (r.rc, r.lines) == (1, [f"The request is invalid: spec.domain.devices.disks[1].cdrom: "
                                    f"spec.domain.devices.disks[1].cdrom {CDROM}"])
     assert cluster.kubectl("get", "vmi", "cdrom").rc == 1
+    row_showing(r.lines[0])
 
 
 def test_several_problems_are_listed_one_per_line(cluster):
@@ -110,6 +112,7 @@ def test_several_problems_are_listed_one_per_line(cluster):
         f"* spec.domain.devices.disks[1].cdrom: spec.domain.devices.disks[1].cdrom {CDROM}",
         "* spec.domain.devices.interfaces[0].model: spec.domain.devices.interfaces[0].model 'e1000' is not "
         "supported: Cloud Hypervisor emulates only virtio-net NICs"])
+    assert row_showing(r.lines[0]) == row_showing(r.lines[1])
 
 
 def test_refusals_of_several_objects_in_one_file_name_the_webhook(cluster):
@@ -118,6 +121,7 @@ def test_refusals_of_several_objects_in_one_file_name_the_webhook(cluster):
     line = (f'Error from server (Invalid): error when creating "STDIN": admission webhook {VALIDATOR} denied the '
             f"request: spec.domain.devices.disks[1].cdrom {CDROM}")
     assert (r.rc, r.lines) == (1, [line, line])
+    row_showing(line)
 
 
 def test_a_vmi_without_memory_is_refused_by_both_webhooks_ours_with_a_field(cluster):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.apiserver.cluster import SORT_NOTICE
+from tests.apiserver.readme import row_showing
 
 SA = "system:serviceaccount:kubevirt-ch:ch-admission"
 INSTALLED = [
@@ -49,6 +51,8 @@ def test_applying_again_changes_nothing(cluster):
     assert again.without_sort_notice() == expected
     after = cluster.json("get", "pdb", "ch-admission", "-n", "kubevirt-ch")["metadata"]
     assert (after["resourceVersion"], after["generation"]) == (before["resourceVersion"], before["generation"])
+    assert row_showing("poddisruptionbudget.policy/ch-admission configured")
+    assert row_showing(next(line for line in again.lines if SORT_NOTICE.match(line)))
     diff = cluster.kubectl("diff", "-k", "addon_manifests/")
     assert (diff.rc, diff.without_sort_notice()) == (0, [])
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from tests.apiserver.cluster import Run
+from tests.apiserver.readme import row_showing
 from tests.apiserver.test_admission import CH, create, launcher_pod, pool, replicaset, vm, vmi
 
 DOWN = ('Error from server (InternalError): {where}Internal error occurred: failed calling webhook "{hook}": failed to call '
@@ -51,6 +52,7 @@ def test_cloud_hypervisor_objects_in_skipped_namespaces_are_refused_by_the_polic
             "'kubevirt-ch-unserved-namespaces' denied request: kubevirt-ch.io/hypervisor: cloud-hypervisor is not "
             f"served in namespace {namespace}: kubevirt-ch skips its own and the Kubernetes system namespaces; create "
             "Cloud Hypervisor VMs in another namespace, or remove the annotation to use QEMU"])
+    row_showing(r.lines[0])  # kube-system, as in the README's row
     plain = vmi("plain-in-kube-public", annotations=None)
     plain["metadata"]["namespace"] = "kube-public"
     assert create(cluster, plain).rc == 0
@@ -108,6 +110,7 @@ def test_with_the_server_down_kubevirts_updates_go_through_and_only_changes_it_m
         backend = ("annotate", "vmi", "outage-vmi", "kubevirt-ch.io/hypervisor-")
         assert cluster.kubectl(*backend) == Run(backend, 1, DOWN.format(
             where="", hook="virtualmachineinstances.validator.kubevirt-ch.io", path="validate") + "\n")
+        row_showing(DOWN.format(where="", hook="virtualmachineinstances.validator.kubevirt-ch.io", path="validate"))
         assert create(cluster, launcher_pod(owner)) == Run(("create", "-f", "-"), 1, DOWN.format(
             where=stdin, hook="launcher-pods.mutator.kubevirt-ch.io", path="mutate-pod") + "\n")
         assert create(cluster, vmi("qemu-during-outage", annotations=None)).rc == 0

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from tests.apiserver.cluster import Run
+from tests.apiserver.readme import row_showing
 from tests.apiserver.test_admission import create, launcher_pod, pool, replicaset, vm, vmi
 
 GUARD = ("ValidatingAdmissionPolicy 'kubevirt-ch-guard' with binding 'kubevirt-ch-guard' denied request: the Cloud "
@@ -43,6 +44,7 @@ def cannot_start_on_qemu(c, owner) -> None:
     assert r.rc == 1 and r.out.startswith(
         'Error from server (Forbidden): error when creating "STDIN": virtualmachineinstances.kubevirt.io '
         f'"new-ch-vmi" is forbidden: {GUARD}'), r.out
+    row_showing(r.lines[0])
     r = create(c, launcher_pod(owner))
     assert r.rc == 1 and re.fullmatch(r'Error from server \(Forbidden\): error when creating "STDIN": pods '
                                       r'"virt-launcher-ch-vmi-[a-z0-9]{5}" is forbidden: ' + re.escape(GUARD) + "\n",
