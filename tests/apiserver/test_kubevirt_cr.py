@@ -27,9 +27,10 @@ def c(make_cluster) -> Cluster:
     return make_cluster(workload_update_methods=[])
 
 
-def restart(c: Cluster, config: str | None = None) -> None:
+def restart(c: Cluster) -> None:
     """`kubectl -n kubevirt-ch rollout restart deployment/ch-admission`: the server reads its
-    configuration and the KubeVirt CR at start-up."""
+    configuration (the ConfigMap as it is in the cluster now) and the KubeVirt CR at start-up."""
+    config = c.json("get", "configmap", "ch-admission-config", "-n", "kubevirt-ch")["data"]["config.yaml"]
     c.stop_admission()
     c.start_admission(config=config)
 
@@ -86,6 +87,37 @@ def test_a_kubevirt_release_outside_the_supported_range_refuses_new_ch_vms_and_t
     holds_no_more(c, "KubeVirtVersionUnsupported")
 
 
+def test_a_server_up_before_kubevirt_has_deployed_refuses_ch_vms_until_it_has_and_says_when(c):
+    """The add-on installed with KubeVirt (as HyperConverged does): the KubeVirt CR has no
+    observed version yet. New CH VMIs are refused meanwhile; once virt-operator writes the version,
+    the server reads it again (on the first request 5 s after its last try) and the condition is resolved: a Normal
+    `KubeVirtUnreadableResolved` Event, the gauge back to 0, an INFO line."""
+    c.ok("patch", "kubevirt", "kubevirt", "-n", "kubevirt", "--subresource=status", "--type=merge",
+         "-p", json.dumps({"status": {"observedKubeVirtVersion": None}}))
+    restart(c)
+    reason = "the KubeVirt resource has no status.observedKubeVirtVersion yet"
+    r = create(c, vmi("while-deploying"))
+    assert (r.rc, r.lines) == (1, [f"The request is invalid: {FIELD}: {FIELD}: cannot verify the cluster's KubeVirt "
+                                   f"version ({reason}); Cloud Hypervisor VMIs are refused until it can be read"])
+    assert "`KubeVirtUnreadable`" in row_showing(r.lines[0])
+    message = (f"cannot read KubeVirt kubevirt/kubevirt ({reason}): new Cloud Hypervisor VMIs and their launcher "
+               "pods are refused until it can be read")
+    told_to_operators(c, "KubeVirtUnreadable", message)
+
+    set_version(c, "kubevirt", KUBEVIRT_VERSION)  # virt-operator is done
+    text = c.yaml(vmi("once-deployed"))
+    r = c.wait_for(lambda: (lambda r: r if r.rc == 0 else None)(c.kubectl("create", "-f", "-", input=text)),
+                   "the server to read the KubeVirt version again", every=1)
+    assert r.out == "virtualmachineinstance.kubevirt.io/once-deployed created\n"
+    assert f'ch_admission_cluster_condition{{condition="KubeVirtUnreadable"}} 0.0' in c.metrics()
+    assert any(line.endswith(f"INFO admission: cluster condition KubeVirtUnreadable no longer holds (was: {message})")
+               for line in c.admission.log), "\n".join(c.admission.log)
+    c.wait_for(lambda: any(re.fullmatch(rf"  Normal +KubeVirtUnreadableResolved +\S+ +ch-admission +"
+                                        rf"{re.escape('no longer: ' + message)}", e)
+                           for e in c.ok("describe", "deployment", "ch-admission", "-n", "kubevirt-ch").splitlines()),
+               "the KubeVirtUnreadableResolved Event")  # posted in the background
+
+
 def test_a_kubevirt_cr_named_as_hyperconverged_names_it_is_found_once_configured(c, tmp_path):
     """The KubeVirt CR is `kubevirt/kubevirt-kubevirt-hyperconverged`, the configuration still
     says `kubevirt/kubevirt`: every new CH VMI is refused naming the CR it could not read, until
@@ -126,6 +158,6 @@ def test_a_kubevirt_cr_named_as_hyperconverged_names_it_is_found_once_configured
     for name in ("configmap/ch-admission-config", "poddisruptionbudget.policy/ch-admission"):  # the PDB: test_install
         expected[INSTALLED.index(name)] = f"{name} configured"
     assert (r.rc, r.without_sort_notice()) == (0, expected)
-    restart(c, config=c.json("get", "configmap", "ch-admission-config", "-n", "kubevirt-ch")["data"]["config.yaml"])
+    restart(c)
     assert create(c, vmi("found-kubevirt-cr")).out == "virtualmachineinstance.kubevirt.io/found-kubevirt-cr created\n"
     holds_no_more(c, "KubeVirtUnreadable")
