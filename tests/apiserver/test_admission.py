@@ -216,6 +216,14 @@ def test_a_vm_taking_its_size_from_an_instancetype_is_allowed_as_kubevirt_allows
         "virtualmachineinstance.kubevirt.io/vm-instancetype created\n"
 
 
+def test_an_instancetype_vm_with_a_display_is_warned_about_its_template(cluster, instancetypes):
+    obj = instancetype_vm("vm-instancetype-display")
+    obj["spec"]["template"]["spec"]["domain"]["devices"].pop("autoattachGraphicsDevice")
+    r = create(cluster, obj)
+    assert (r.rc, r.lines) == (0, [f"Warning: spec.template.spec.domain.devices.autoattachGraphicsDevice: {GRAPHICS}",
+                                   "virtualmachine.kubevirt.io/vm-instancetype-display created"])
+
+
 def test_what_a_preference_brings_is_judged_when_the_vmi_is_created(cluster, instancetypes):
     """The webhook does not read instancetypes and preferences: a preference's e1000 NIC cannot
     be seen in the VM's template, so the VM is accepted and its VMI refused (virt-controller
@@ -241,11 +249,15 @@ def test_an_instancetype_vm_that_sets_memory_itself_is_refused_by_kubevirt(clust
 
 
 def test_replica_sets_and_pools_are_judged_by_their_vmi_template(cluster):
+    """Allowed, warned about and refused, each with the template's path."""
     assert create(cluster, replicaset("rs-runs")).out == \
         "virtualmachineinstancereplicaset.kubevirt.io/rs-runs created\n"
     r = create(cluster, replicaset("rs-cdrom", cdrom=True))
     assert (r.rc, r.lines) == (1, [f"The request is invalid: spec.template.spec.domain.devices.disks[1].cdrom: "
                                    f"spec.template.spec.domain.devices.disks[1].cdrom {CDROM}"])
+    r = create(cluster, replicaset("rs-display", graphics=True))
+    assert r.lines == [f"Warning: spec.template.spec.domain.devices.autoattachGraphicsDevice: {GRAPHICS}",
+                       "virtualmachineinstancereplicaset.kubevirt.io/rs-display created"]
     prefix = "spec.virtualMachineTemplate.spec.template.spec"
     r = create(cluster, pool("pool-display", graphics=True))
     assert r.lines == [f"Warning: {prefix}.domain.devices.autoattachGraphicsDevice: {GRAPHICS}",

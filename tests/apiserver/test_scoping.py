@@ -61,8 +61,8 @@ def test_cloud_hypervisor_objects_in_skipped_namespaces_are_refused_by_the_polic
 
 def test_with_the_server_down_kubevirts_updates_go_through_and_only_changes_it_must_judge_fail(cluster):
     """The story of a ch-admission outage: a CH VMI with a finalizer is labelled, annotated,
-    deleted and its finalizer removed; its VM is started and stopped, a replica set and a pool are
-    scaled, a VM is moved back to QEMU. What needs the server (a new CH VMI, a template change,
+    deleted and its finalizer removed; another one's status is written (as virt-handler does); its
+    VM is started and stopped, a replica set and a pool are scaled, a VM is moved back to QEMU. What needs the server (a new CH VMI, a template change,
     removing a VMI's annotation, a CH launcher pod) fails, saying so; the rest of the cluster is
     not affected."""
     held = vmi("held")
@@ -82,6 +82,8 @@ def test_with_the_server_down_kubevirts_updates_go_through_and_only_changes_it_m
             ("patch", "vm", "outage-vm", "--type=merge", "-p", '{"spec": {"runStrategy": "Always"}}'),
             ("patch", "vm", "outage-vm", "--type=merge", "-p", '{"spec": {"runStrategy": "Halted"}}'),
             ("scale", "vmirs", "outage-rs", "--replicas=3"),
+            # virt-handler's status writes (the VMI CRD has no status subresource: they update the VMI)
+            ("patch", "vmi", "outage-vmi", "--type=merge", "-p", '{"status": {"phase": "Scheduling"}}'),
             ("patch", "vmpool", "outage-pool", "--type=merge", "-p", '{"spec": {"replicas": 2}}'),
         ]
         printed = ['virtualmachineinstance.kubevirt.io/held labeled', 'virtualmachineinstance.kubevirt.io/held annotated',
@@ -90,6 +92,7 @@ def test_with_the_server_down_kubevirts_updates_go_through_and_only_changes_it_m
                    'virtualmachineinstance.kubevirt.io/held patched',
                    'virtualmachine.kubevirt.io/outage-vm patched', 'virtualmachine.kubevirt.io/outage-vm patched',
                    'virtualmachineinstancereplicaset.kubevirt.io/outage-rs scaled',
+                   'virtualmachineinstance.kubevirt.io/outage-vmi patched',
                    'virtualmachinepool.pool.kubevirt.io/outage-pool patched']
         for args, out in zip(ok, printed):
             assert cluster.kubectl(*args) == Run(args, 0, out + "\n")
