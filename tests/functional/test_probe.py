@@ -87,21 +87,32 @@ def test_kubevirts_own_client_plays_each_story_on_the_simulated_vmm(probe, scena
     run = run_probe(scenario, probe=probe, ch_binary=str(FAKE_CH), env=env)
     assert_clean(run, scenario)
     if scenario == "panic":
-        after = run.seen["domain_(after_panic)"]
-        assert after["Status"]["GuestPanicInfo"]["Type"] == "unknown" and after["Status"]["PanicCount"] == 1
-        assert after["Spec"]["Devices"]["PanicDevices"] == [{"Model": "pvpanic"}]
+        assert_panic_reported_as_virt_launcher_does(run)
+
+
+def assert_panic_reported_as_virt_launcher_does(run: ProbeRun) -> None:
+    """After a pvpanic: the count, virt-launcher's GuestPanicInfo for a panic without details,
+    and the VM's panic device (the Domain virt-handler saw right after the panic)."""
+    after = run.seen["domain_(after_panic)"]
+    assert after["Status"]["GuestPanicInfo"]["Type"] == "unknown" and after["Status"]["PanicCount"] == 1, run.report()
+    assert after["Spec"]["Devices"]["PanicDevices"] == [{"Model": "pvpanic"}], run.report()
+
+
+def assert_vcpus_as_virt_launcher_shows_them(run: ProbeRun) -> None:
+    """virt-api's defaults give the probe's VMI maxSockets 4 (LiveUpdate): four possible vCPUs,
+    one on, as the converter's configureCPUTopology lists them."""
+    assert run.seen["vmi"]["spec"]["domain"]["cpu"]["maxSockets"] == 4
+    spec = run.seen["domain_(Running)"]["Spec"]
+    assert spec["CPU"]["Topology"] == {"Sockets": 4, "Cores": 1, "Threads": 1}, run.report()
+    assert spec["VCPU"] == {"Placement": "static", "CPUs": 4}, run.report()
+    assert [(v["ID"], v["Enabled"], v["Hotpluggable"]) for v in spec["VCPUs"]["VCPU"]] == [
+        (0, "yes", "no"), (1, "no", "yes"), (2, "no", "yes"), (3, "no", "yes")], run.report()
 
 
 def test_the_domain_shows_the_vcpus_virt_api_gave_the_vmi_as_virt_launcher_does(probe):
-    # virt-api's defaults give the probe's VMI maxSockets 4 (LiveUpdate): four possible vCPUs, one on
     run = run_probe("kill", probe=probe, ch_binary=str(FAKE_CH))
     assert run.returncode == 0, run.report()
-    assert run.seen["vmi"]["spec"]["domain"]["cpu"]["maxSockets"] == 4
-    spec = run.seen["domain_(Running)"]["Spec"]
-    assert spec["CPU"]["Topology"] == {"Sockets": 4, "Cores": 1, "Threads": 1}
-    assert spec["VCPU"] == {"Placement": "static", "CPUs": 4}
-    assert [(v["ID"], v["Enabled"], v["Hotpluggable"]) for v in spec["VCPUs"]["VCPU"]] == [
-        (0, "yes", "no"), (1, "no", "yes"), (2, "no", "yes"), (3, "no", "yes")]
+    assert_vcpus_as_virt_launcher_shows_them(run)
 
 
 def test_a_guest_that_dirties_memory_shows_in_virt_handlers_dirty_rate_metric(probe):
@@ -151,6 +162,10 @@ def test_kubevirts_own_client_plays_each_story_on_the_real_vmm_in_the_pod(probe,
         env["CHPROBE_PVPANIC"] = "1"
     run = run_probe(scenario, probe=probe, ch_binary=str(real_binary()), firmware=firmware, pod=pod, env=env)
     assert_clean(run, scenario)
+    if scenario == "panic":  # the real VMM's pvpanic event, as the simulated one's
+        assert_panic_reported_as_virt_launcher_does(run)
+    if scenario == "kill":  # the real VMM booted 1 of 4 possible vCPUs
+        assert_vcpus_as_virt_launcher_shows_them(run)
 
 
 # --- KubeVirt's example VMIs ---------------------------------------------------------------------
