@@ -3,6 +3,7 @@ Cloud Hypervisor's protocol (vm-migration/src/protocol.rs@v53.0)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import struct
@@ -83,7 +84,8 @@ def sockets():
     d = tempfile.mkdtemp(prefix="kr", dir="/tmp")
     yield os.path.join(d, "relay.sock"), os.path.join(d, "vmm.sock")
     for name in os.listdir(d):
-        os.unlink(os.path.join(d, name))
+        with contextlib.suppress(FileNotFoundError):  # the relay's thread may remove its socket meanwhile
+            os.unlink(os.path.join(d, name))
     os.rmdir(d)
 
 
