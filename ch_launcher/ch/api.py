@@ -31,6 +31,7 @@ from __future__ import annotations
 import errno
 import http.client
 import json
+import logging
 import re
 import socket
 import threading
@@ -51,6 +52,7 @@ from .vmconfig import (
 )
 
 API_ROOT = "/api/v1"
+log = logging.getLogger(__name__)
 
 
 # --- errors ---------------------------------------------------------------------------------
@@ -343,7 +345,12 @@ class CloudHypervisorClient:
         status, content = self._call("PUT", endpoint, _body(config), timeout)
         if status == 204 or not content.strip():
             return None  # cold add into the config of a created (not booted) VM
-        return self._model(PciDeviceInfo, endpoint, status, content)
+        try:
+            return self._model(PciDeviceInfo, endpoint, status, content)
+        except InternalError as e:  # the VMM said it added the device: that stands
+            log.warning("%s: the device was added (HTTP %d), but the answer does not say where: %s",
+                        endpoint, status, e.detail)
+            return None
 
     def close(self) -> None:
         """Nothing to release: each call opens and closes its own connection. The client stays usable."""
@@ -432,7 +439,8 @@ class CloudHypervisorClient:
     # --- devices ----------------------------------------------------------------------------
 
     def add_disk(self, disk: DiskConfig | dict[str, Any], *, timeout: float | None = None) -> PciDeviceInfo | None:
-        """`PUT vm.add-disk`: `PciDeviceInfo` on a booted VM, None on a cold add (204)."""
+        """`PUT vm.add-disk`: `PciDeviceInfo` on a booted VM, None on a cold add (204) or when a
+        success answer does not name the device's id and bdf (logged; the device was added)."""
         return self._add("vm.add-disk", disk, timeout)
 
     def add_net(self, net: NetConfig | dict[str, Any], *, timeout: float | None = None) -> PciDeviceInfo | None:

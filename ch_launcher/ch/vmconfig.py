@@ -8,14 +8,21 @@ out of the JSON, so the VMM's own defaults apply unless we chose otherwise; `to_
 one serialisation used on the wire.
 
 Inbound models (`VmInfo`, `VmmPingResponse`, `PciDeviceInfo`) ignore unknown fields, because
-newer VMMs add them.
+newer VMMs add them, and read an optional field that is null or of a shape they cannot read as
+left out (its default): v53 omits unset options where older releases wrote `null`
+(cloud-hypervisor.md §3), and another VMM or an independent simulation may spell an optional
+field differently. Only a required field (`VmInfo.state`, `PciDeviceInfo.id`/`bdf`) that is
+missing or wrong makes the answer unreadable.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from .versions import reported
 
 ImageType = Literal["FixedVhd", "Qcow2", "Raw", "Vhdx", "Unknown"]
 ConsoleMode = Literal["Off", "Pty", "Tty", "File", "Socket", "Null"]
@@ -34,6 +41,26 @@ class _Out(BaseModel):
 
 class _In(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unreadable_optional_fields_are_left_out(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        kept = dict(data)
+        for name, field in cls.model_fields.items():
+            if field.is_required() or name not in kept:
+                continue
+            try:
+                _reader(cls, name).validate_python(kept[name])
+            except ValidationError:
+                del kept[name]  # null, or a shape we cannot read: the default
+        return kept
+
+
+@functools.cache
+def _reader(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
+    return TypeAdapter(model.model_fields[name].annotation)
 
 
 # --- payload, CPUs, memory ------------------------------------------------------------------
@@ -257,10 +284,18 @@ class VmConfig(_Out):
 
 
 class VmmPingResponse(_In):
-    version: str
+    """`GET vmm.ping`. `version` is what the answer names (versions.reported): its `version`, or
+    its `build_version` when `version` is missing or names none; "" when neither does."""
+
+    version: str = ""
     build_version: str = ""
     pid: int | None = None
     features: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _version_from_the_build_when_needed(self) -> VmmPingResponse:
+        self.version = reported(self.version, self.build_version)
+        return self
 
 
 class PciDeviceInfo(_In):

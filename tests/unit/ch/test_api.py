@@ -337,3 +337,23 @@ def test_resize_without_a_target_is_refused_before_any_request(sockdir: str) -> 
 def test_every_error_is_a_ch_api_error() -> None:
     for cls in (VmNotCreated, InvalidRequest, Conflict, InternalError, VmmUnavailable):
         assert issubclass(cls, ChApiError)
+
+
+def test_a_hot_add_whose_answer_does_not_say_where_still_succeeds(serve: Callable[..., str],
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    # The device was added (200); only the PciDeviceInfo is missing or partial.
+    answers = iter([b"{}", b'{"id":"_disk2"}', b"added"])
+    path = serve(lambda req: (lambda body: b"HTTP/1.1 200 \r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))(
+        next(answers)))
+    client = CloudHypervisorClient(path)
+    for _ in range(3):
+        assert client.add_disk({"path": "/d.img"}) is None
+    assert caplog.text.count("vm.add-disk: the device was added (HTTP 200), but the answer does not say where") == 3
+
+
+def test_a_ping_without_a_version_field_names_the_build(serve: Callable[..., str]) -> None:
+    body = b'{"build_version":"v53.0.0","pid":7}'
+    path = serve(lambda req: b"HTTP/1.1 200 \r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    client = CloudHypervisorClient(path)
+    assert client.ping().version == "v53.0.0"
+    assert client.version == "v53.0.0"

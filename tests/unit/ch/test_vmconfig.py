@@ -117,6 +117,39 @@ def test_inbound_models_ignore_new_fields() -> None:
     assert vc.VmmPingResponse.model_validate({"version": "54.0.0", "new": True}).version == "54.0.0"
 
 
+def test_an_optional_field_that_is_null_or_unreadable_takes_its_default() -> None:
+    # Older VMMs write null for unset options; an independent VMM may shape one differently.
+    info = vc.VmInfo.model_validate({"state": "Paused", "config": None, "memory_actual_size": "a lot",
+                                     "device_tree": ["_disk0"]})
+    assert (info.state, info.config, info.memory_actual_size, info.device_tree) == ("Paused", {}, None, None)
+    assert vc.VmInfo.model_validate({"state": "Running"}).config == {}  # config left out
+    pong = vc.VmmPingResponse.model_validate({"version": "53.0.0", "build_version": None, "pid": "n/a",
+                                              "features": None})
+    assert (pong.version, pong.build_version, pong.pid, pong.features) == ("53.0.0", "", None, [])
+
+
+def test_a_required_field_missing_or_wrong_still_makes_the_answer_unreadable() -> None:
+    with pytest.raises(ValidationError, match="state"):
+        vc.VmInfo.model_validate({"config": {}})
+    with pytest.raises(ValidationError, match="state"):
+        vc.VmInfo.model_validate({"state": None})
+    with pytest.raises(ValidationError, match="bdf"):
+        vc.PciDeviceInfo.model_validate({"id": "_disk2"})
+
+
+@pytest.mark.parametrize("answer,version", [
+    ({"version": "53.0.0", "build_version": "v53.0.0"}, "53.0.0"),   # the real v53.0
+    ({"build_version": "v53.0.0"}, "v53.0.0"),                        # no version: the build's
+    ({"version": "", "build_version": "v53.0-7-gabcdef0"}, "v53.0-7-gabcdef0"),
+    ({"version": "cloud-hypervisor", "build_version": "cloud-hypervisor v53.0.0-dirty"},
+     "cloud-hypervisor v53.0.0-dirty"),
+    ({"version": "54.0.0", "build_version": "v53.0.0"}, "54.0.0"),   # version is the word when it names one
+    ({}, ""),
+])
+def test_the_ping_names_its_version_or_else_its_builds(answer: dict[str, Any], version: str) -> None:
+    assert vc.VmmPingResponse.model_validate(answer).version == version
+
+
 def _without_descriptions(v: Any) -> Any:
     if isinstance(v, dict):
         return {k: _without_descriptions(x) for k, x in v.items() if k != "description"}
