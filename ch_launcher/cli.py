@@ -226,7 +226,8 @@ async def run(settings: Settings) -> int:
         ch_binary=settings.ch_binary, name=settings.name, namespace=settings.namespace, uid=settings.uid), notifier)
     stop = asyncio.Event()
     early_exit = asyncio.Event()
-    server = LauncherServer(manager, settings.sockets_dir, on_early_exit=early_exit.set)
+    server = LauncherServer(manager, settings.sockets_dir, on_early_exit=early_exit.set,
+                            on_contact=notifier.connect_early)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
         loop.add_signal_handler(sig, _on_signal, sig, stop)

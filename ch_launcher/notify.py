@@ -20,6 +20,12 @@ is the model, with one deliberate difference):
   coalesce: a new event replaces the newest pending one of the same type unless that one is
   `ADDED` (an ADDED is never coalesced away), so after an outage virt-handler gets the latest
   state at once rather than a backlog.
+- `connect_early()` (called when virt-handler first talks to the command server, right after
+  which it injects the notify pipe) connects and negotiates ahead of the first event, so the
+  first Domain event (ADDED Running) does not wait for a dial and `Info` too. It tries a few
+  times with backoff within `warm_up_window` seconds, because the pipe may appear a moment
+  after that first call, then stops (the next event dials anyway): a launcher whose
+  virt-handler never injects the pipe does not poll for it.
 - Kubernetes events queue separately (after Domain events, at most `K8S_QUEUE_LIMIT`, oldest
   dropped first). virt-handler answers `success=false, "VMI not found"` when it does not know
   the VMI; such refusals are retried `K8S_MAX_REFUSALS` times, then the event is logged and
@@ -53,6 +59,7 @@ EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "ERROR")
 K8S_EVENT_TYPES = ("Normal", "Warning")
 K8S_QUEUE_LIMIT = 100
 K8S_MAX_REFUSALS = 3
+WARM_UP_WINDOW = 10.0  # seconds connect_early() keeps trying for a pipe that has not appeared yet
 # Go closes the connection and redials on these; anything else keeps the channel.
 _RECONNECT_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED}
 
@@ -127,13 +134,16 @@ class Notifier:
     """
 
     def __init__(self, socket_path: str, *, call_timeout: float = 5.0, retry_initial: float = 0.1,
-                 retry_max: float = 1.0, supported_versions: tuple[int, ...] = SUPPORTED_NOTIFY_VERSIONS) -> None:
+                 retry_max: float = 1.0, supported_versions: tuple[int, ...] = SUPPORTED_NOTIFY_VERSIONS,
+                 warm_up_window: float = WARM_UP_WINDOW) -> None:
         self.socket_path = socket_path
         self.call_timeout = call_timeout
         self.retry_initial = retry_initial
         self.retry_max = retry_max  # Go retries every 1 s; we back off up to this
         self.supported_versions = supported_versions
+        self.warm_up_window = warm_up_window
         self.version: int | None = None  # negotiated on each (re)connection
+        self.warm_up_attempts = 0  # connection attempts made by connect_early(), for tests and diagnostics
         self.last_error: str | None = None  # of the latest failed attempt, None after a success
         self.delivered = 0
         self._domain: collections.deque[_DomainEvent] = collections.deque()
@@ -142,6 +152,8 @@ class Notifier:
         self._drained = asyncio.Event()
         self._drained.set()
         self._task: asyncio.Task[None] | None = None
+        self._warm_up: asyncio.Task[None] | None = None
+        self._connecting = asyncio.Lock()
         self._channel: grpc.aio.Channel | None = None
         self._stub: notify_grpc.NotifyStub | None = None
         self._closed = False
@@ -192,6 +204,45 @@ class Notifier:
             return False
         return True
 
+    def connect_early(self) -> None:
+        """Connect (and negotiate) now, in the background, unless connected or connecting
+        already: virt-handler has just talked to the launcher, so its notify pipe is there or
+        about to be (see module doc). Never raises; failures are logged at debug level only."""
+        if self._closed or self._stub is not None or (self._warm_up is not None and not self._warm_up.done()):
+            return
+        self._warm_up = asyncio.get_running_loop().create_task(self._connect_soon(), name="notify-warm-up")
+
+    @property
+    def connected(self) -> bool:
+        """A negotiated connection is open (it may still turn out broken at the next call)."""
+        return self._stub is not None
+
+    @property
+    def warming_up(self) -> bool:
+        """connect_early() is still trying."""
+        return self._warm_up is not None and not self._warm_up.done()
+
+    async def _connect_soon(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.warm_up_window
+        delay = self.retry_initial
+        while not self._closed and self._stub is None:
+            if self._domain or self._k8s:
+                return  # the sender dials for them
+            self.warm_up_attempts += 1
+            try:
+                await self._connect()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - an early connection is an optimisation only
+                log.debug("connecting early to %s: %s", self.socket_path, e)
+            if loop.time() + delay > deadline:
+                log.debug("no notify server at %s yet; the first event will dial", self.socket_path)
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.retry_max)
+
     @property
     def pending(self) -> int:
         """Events not yet delivered."""
@@ -203,10 +254,11 @@ class Notifier:
         if self._closed:
             return
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        for task in (self._task, self._warm_up):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         await self._disconnect()
         if self.pending:
             log.warning("notifier closed with %d undelivered event(s)", self.pending)
@@ -307,6 +359,10 @@ class Notifier:
             raise NotifyError(f"virt-handler answered: {reply.message}", refused=True)
 
     async def _connect(self) -> notify_grpc.NotifyStub:
+        async with self._connecting:  # the sender and connect_early() may both be dialling
+            return await self._dial()
+
+    async def _dial(self) -> notify_grpc.NotifyStub:
         if self._stub is not None:
             return self._stub
         # A fresh channel per connection: gRPC's own reconnect backoff would otherwise make

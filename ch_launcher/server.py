@@ -20,6 +20,10 @@ answers `success=false` naming the RPC and why (`NOT_SERVED`).
 Readiness (§7.1): listen on `<share-dir>/sockets/launcher-init-sock` (a stale file is removed
 first), answer our own Ping, then rename the socket to `launcher-sock`. The listening socket is
 this process's, so virt-handler's SO_PEERCRED finds the launcher (§7.2).
+
+Contact: every RPC that arrives once the socket is ready (virt-handler's, not our own Ping)
+calls `on_contact` first, so the launcher can connect to the notify pipe virt-handler injects
+right after its first connection (§7.3) ahead of the first Domain event.
 """
 
 from __future__ import annotations
@@ -297,16 +301,35 @@ for _rpc, (_type, _why) in NOT_SERVED.items():
     setattr(CmdServicer, _rpc, _not_served(_rpc, _type, _why))
 
 
+class _Contact(grpc.aio.ServerInterceptor):
+    """Calls `callback` before each RPC once `armed` (a failing callback is logged, never fails the RPC)."""
+
+    def __init__(self, callback: Callable[[], None] | None) -> None:
+        self.callback = callback
+        self.armed = False
+
+    async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
+        if self.armed and self.callback is not None:
+            try:
+                self.callback()
+            except Exception:  # noqa: BLE001 - an observer must not break the command server
+                log.exception("the contact callback failed")
+        return await continuation(handler_call_details)
+
+
 class LauncherServer:
     """The gRPC server on the command socket. `await start()` returns once `launcher-sock`
-    exists (ready); `await stop()` ends it."""
+    exists (ready); `await stop()` ends it. `on_contact`: see the module doc."""
 
     def __init__(self, manager: DomainManager, sockets_dir: str, *,
-                 on_early_exit: Callable[[], None] | None = None) -> None:
+                 on_early_exit: Callable[[], None] | None = None,
+                 on_contact: Callable[[], None] | None = None) -> None:
         self.sockets_dir = sockets_dir
         self.init_socket = os.path.join(sockets_dir, INIT_SOCKET)
         self.ready_socket = os.path.join(sockets_dir, READY_SOCKET)
-        self._server = grpc.aio.server(options=[("grpc.max_receive_message_length", 4 << 20)])
+        self._contact = _Contact(on_contact)
+        self._server = grpc.aio.server(options=[("grpc.max_receive_message_length", 4 << 20)],
+                                       interceptors=[self._contact])
         info_grpc.add_CmdInfoServicer_to_server(CmdInfoServicer(), self._server)
         cmd_grpc.add_CmdServicer_to_server(CmdServicer(manager, on_early_exit=on_early_exit), self._server)
 
@@ -323,6 +346,7 @@ class LauncherServer:
             raise RuntimeError(f"cannot listen on {self.init_socket}")
         await self._server.start()
         await self._self_ping(ready_timeout)
+        self._contact.armed = True  # whoever calls from now on found launcher-sock
         os.rename(self.init_socket, self.ready_socket)
         log.info("command server ready on %s", self.ready_socket)
 

@@ -77,6 +77,7 @@ class NotifyRecorder:
         self.k8s_events: list[dict[str, Any]] = []
         self.on_event = on_event
         self.answer_success = True
+        self.info_calls = 0  # NotifyInfo.Info: one per connection the launcher negotiates
         self._server: grpc.aio.Server | None = None
         self._changed = asyncio.Event()
 
@@ -88,6 +89,8 @@ class NotifyRecorder:
 
         class Info(notify_info_grpc.NotifyInfoServicer):
             async def Info(self, request, context):  # noqa: N802
+                recorder.info_calls += 1
+                recorder._bump()
                 return notify_info_pb2.NotifyInfoResponse(supportedNotifyVersions=[1])
 
         class Notify(notify_grpc.NotifyServicer):
@@ -158,6 +161,11 @@ class NotifyRecorder:
 
     async def wait_for_deleted(self, timeout: float = 10.0, *, since: int = 0) -> DomainEvent:
         return await self.wait_for(lambda e: e.deleted, timeout, since=since)
+
+    async def wait_for_negotiation(self, timeout: float = 10.0) -> int:
+        """Until a launcher has negotiated (NotifyInfo.Info); the number of negotiations."""
+        return await self._first(lambda: [self.info_calls] if self.info_calls else [], bool, timeout,
+                                 "notify negotiation")
 
     async def wait_for_k8s_event(self, reason: str, timeout: float = 10.0) -> dict[str, Any]:
         return await self._first(lambda: self.k8s_events, lambda e: e.get("reason") == reason, timeout,

@@ -93,6 +93,26 @@ def test_first_sync_boots_the_vm_and_virt_handler_hears_it_running(vh):
     vh.run(story())
 
 
+def test_virt_handlers_first_call_connects_the_launcher_to_its_notify_pipe_before_any_event(new_harness):
+    """virt-handler injects the notify pipe right after its first connection to the command
+    socket: the launcher connects and negotiates then, so the first Domain event (ADDED Running)
+    does not wait for a dial and a negotiation (it did: the connection opened at the first event)."""
+    vh = new_harness(notify=False)
+
+    async def story():
+        await vh.start()
+        assert await vh.client.info() == [1]  # virt-handler's first call...
+        await vh.recorder.start()               # ... after which it injects the pipe
+        assert await vh.recorder.wait_for_negotiation() == 1
+        assert vh.recorder.events == []
+        await vh.client.sync(vh.vmi)
+        event = await vh.recorder.wait_for_status("Running", "Unknown")
+        assert event.event_type == "ADDED"
+        assert vh.recorder.info_calls == 1  # the first event went over the early connection
+
+    vh.run(story())
+
+
 def test_a_launcher_run_as_the_image_runs_it_optimized_boots_pauses_and_reports_stats(new_harness):
     """The launcher image sets PYTHONOPTIMIZE=2 (no asserts, no docstrings; Containerfile): the
     same Sync, pause and GetDomainStats work that way, ISO writer child included."""

@@ -338,3 +338,67 @@ async def test_error_events_carry_the_status_json(sock: str) -> None:
     finally:
         await n.close()
         await server.stop()
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait for `condition` with a deadline (the notifier's background work has no event to await)."""
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+@run
+async def test_connect_early_negotiates_before_any_event_and_the_first_event_uses_it(sock: str) -> None:
+    server = await FakeVirtHandler(sock).start()
+    n = notifier(sock)
+    try:
+        n.connect_early()
+        await until(lambda: n.connected)
+        assert (server.info_calls, server.domain_calls) == (1, 0)
+        n.connect_early()  # connected already: nothing more
+        await n.send_domain(dom(1), "ADDED")
+        assert await n.flush(10)
+        assert server.info_calls == 1 and statuses(server) == [("ADDED", "S1")]
+    finally:
+        await n.close()
+        await server.stop()
+
+
+@run
+async def test_connect_early_waits_a_little_for_a_pipe_that_appears_after_the_first_call(sock: str) -> None:
+    n = notifier(sock, warm_up_window=30.0)
+    server = None
+    try:
+        n.connect_early()
+        await until(lambda: n.warm_up_attempts >= 1)  # the pipe is not there yet
+        assert not n.connected
+        server = await FakeVirtHandler(sock).start()
+        await until(lambda: n.connected)
+        assert server.info_calls == 1
+    finally:
+        await n.close()
+        if server is not None:
+            await server.stop()
+
+
+@run
+async def test_connect_early_gives_up_after_its_window_without_a_warning(sock: str,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    n = notifier(sock, warm_up_window=0.3)
+    try:
+        n.connect_early()
+        await until(lambda: not n.warming_up)
+        attempts = n.warm_up_attempts
+        assert attempts >= 2 and not n.connected and n.last_error is None
+        assert "WARNING" not in caplog.text
+        await asyncio.sleep(0.5)  # stopped: no more attempts (the first event will dial)
+        assert n.warm_up_attempts == attempts
+        server = await FakeVirtHandler(sock).start()
+        try:
+            await n.send_domain(dom(1))
+            assert await n.flush(10)
+            assert statuses(server) == [("MODIFIED", "S1")]
+        finally:
+            await server.stop()
+    finally:
+        await n.close()
