@@ -11,7 +11,11 @@ One method per endpoint, each a thin line over `_call`. Facts this client relies
 - Request bodies are read only by `Content-Length`: http.client sends it for every body, and
   `Content-Length: 0` for a bodyless PUT.
 - A 204 has no body and no body headers; `vmm.shutdown` answers 200 with an empty body; `vm.add-*`
-  answers 200 `PciDeviceInfo` on a running VM and 204 on a created one (cold add).
+  answers 200 `PciDeviceInfo` on a running VM and 204 on a created one (cold add). Any 2xx is a
+  success, with or without a body, and only answers that are used are parsed.
+- micro_http frames every answer (`Content-Length`, or a 204 without a body). An answer without
+  either, on a connection the server keeps open, is read only until it holds one JSON value, and
+  an action's not at all (`_read_body`), so it does not wait for the timeout.
 
 Errors are typed (`ChApiError` and five subclasses) and carry the VMM's error chain. The mapping
 understands every body format seen across versions: plain text (<= v46), a JSON array of the
@@ -280,7 +284,12 @@ class CloudHypervisorClient:
         endpoint: str,
         body: dict[str, Any] | None = None,
         timeout: float | None = None,
+        *,
+        want_body: bool = True,
     ) -> tuple[int, bytes]:
+        """One request on its own connection: (status, body) of a success, else a ChApiError.
+        `want_body=False`: a success's body is not needed (an action), so an unframed one is
+        not waited for (`_read_body`)."""
         t = self.timeout if timeout is None else timeout
         if not self._lock.acquire(timeout=t):
             raise VmmUnavailable(
@@ -300,7 +309,8 @@ class CloudHypervisorClient:
             try:
                 conn.request(method, f"{API_ROOT}/{endpoint}", body=data, headers=headers)
                 resp = conn.getresponse()
-                status, content = resp.status, resp.read()
+                status = resp.status
+                content = _read_body(resp, want=want_body or status >= 300)
             except (OSError, http.client.HTTPException) as exc:
                 raise self._unavailable(endpoint, t, exc) from exc
             finally:
@@ -339,7 +349,7 @@ class CloudHypervisorClient:
             raise InternalError(endpoint, status, [], f"unexpected answer: {exc}") from exc
 
     def _put(self, endpoint: str, body: Any = None, timeout: float | None = None) -> None:
-        self._call("PUT", endpoint, _body(body), timeout)
+        self._call("PUT", endpoint, _body(body), timeout, want_body=False)
 
     def _add(self, endpoint: str, config: Any, timeout: float | None) -> PciDeviceInfo | None:
         status, content = self._call("PUT", endpoint, _body(config), timeout)
@@ -500,6 +510,42 @@ class CloudHypervisorClient:
     def receive_migration(self, receiver_url: str, tls_dir: str | None = None, *, timeout: float | None = None) -> None:
         """`PUT vm.receive-migration`: blocks the whole API until the migration ends."""
         self._put("vm.receive-migration", _given(receiver_url=receiver_url, tls_dir=tls_dir), timeout)
+
+
+def _read_body(resp: http.client.HTTPResponse, *, want: bool) -> bytes:
+    """The body of `resp`. A framed one (Content-Length, chunked, none for 1xx/204/304: all CH
+    sends, micro_http frames every answer) is read whole. An unframed one ends where the server
+    closes the connection (RFC 9112 §6.3), but a server that keeps it open (an HTTP/1.1 server
+    that forgot Content-Length) would hold the reader until the timeout: such a body is read only
+    until it holds one complete JSON value (every CH body is one), or the connection closes, or
+    the read times out (what came stands: the status has arrived); and not at all when `want` is
+    False (a success whose body the caller does not use)."""
+    if resp.length is not None or resp.chunked or resp.status < 200 or resp.status in (204, 304):
+        return resp.read()
+    if not want:
+        return b""
+    data = b""
+    while True:
+        try:
+            chunk = resp.read1(65536)
+        except (socket.timeout, TimeoutError):
+            return data
+        if not chunk:
+            return data
+        data += chunk
+        if _one_json_value(data):
+            return data
+
+
+def _one_json_value(data: bytes) -> bool:
+    text = data.decode("utf-8", errors="replace").strip()
+    if not text or text[0] not in "[{\"":
+        return False  # plain text (<= v46 errors) has no end of its own: read to close or timeout
+    try:
+        json.loads(text, strict=False)
+    except ValueError:
+        return False
+    return True
 
 
 class _UnixConnection(http.client.HTTPConnection):
