@@ -110,16 +110,14 @@ class EventStreamParser:
                 break
             piece = bytes(self._buf[:cut])
             del self._buf[: cut + len(_SEPARATOR)]
-            events.extend(self._decode(piece, complete=True) or ())
+            events.extend(self._decode(piece))
         if self._buf.strip():
-            # An object may be complete before its blank line arrives: decode it now so the
-            # launcher learns of `vm:shutdown` without waiting for the next event. An
-            # incomplete object simply stays buffered.
-            tail = self._decode(bytes(self._buf), complete=False)
-            if tail is not None:
-                self._buf.clear()
-                events.extend(tail)
-            elif len(self._buf) > MAX_PENDING_BYTES:
+            # Objects may be complete before their blank line arrives: decode them now so the
+            # launcher learns of `vm:shutdown` without waiting for the next event, also when a
+            # writer of compact JSON without blank lines has begun the next one. An incomplete
+            # object simply stays buffered.
+            events.extend(self._complete_objects_of_tail())
+            if len(self._buf) > MAX_PENDING_BYTES:
                 log.warning("event stream: %d bytes without a blank line, dropped", len(self._buf))
                 self._buf.clear()
                 self.skipped += 1
@@ -127,15 +125,35 @@ class EventStreamParser:
             self._buf.clear()
         return events
 
-    def _decode(self, piece: bytes, complete: bool) -> list[Event] | None:
-        """The events in `piece`. JSON that does not parse is skipped (logged) when the piece is
-        `complete` (its blank line came); otherwise None: the rest may still be on its way."""
+    def _complete_objects_of_tail(self) -> list[Event]:
+        """The complete JSON values at the start of the buffer (which holds no blank line),
+        taken out of it; what follows them (an incomplete value) stays."""
+        text = bytes(self._buf).decode("utf-8", errors="surrogateescape")  # byte-exact round trip
+        objs: list[object] = []
+        pos, end = 0, len(text)
+        while True:
+            while pos < end and text[pos] in " \t\r\n":
+                pos += 1
+            if pos >= end:
+                break
+            try:
+                obj, after = self._decoder.raw_decode(text, pos)
+            except ValueError:
+                break
+            objs.append(obj)
+            pos = after
+        if pos:
+            del self._buf[: len(text[:pos].encode("utf-8", errors="surrogateescape"))]
+            if not self._buf.strip():
+                self._buf.clear()
+        return [e for e in (self._to_event(o, text) for o in objs) if e is not None]
+
+    def _decode(self, piece: bytes) -> list[Event]:
+        """The events in `piece` (its blank line has come); JSON that does not parse is skipped (logged)."""
         text = piece.decode("utf-8", errors="replace")
         try:
             objs = self._decode_all(text)
         except ValueError as exc:
-            if not complete:
-                return None
             self.skipped += 1
             log.warning("event stream: skipped a malformed object (%s): %.200r", exc, text)
             return []

@@ -81,6 +81,33 @@ def test_compact_objects_on_one_piece_are_all_decoded() -> None:
     assert [e.event for e in events] == ["a", "b"]
 
 
+COMPACT = b"".join(
+    b'{"timestamp":{"secs":0,"nanos":%d},"source":"%s","event":"%s","properties":null}\n' % (i, *name.encode().split(b":"))
+    for i, name in enumerate(NAMES))
+
+
+def test_a_compact_event_is_returned_while_the_next_one_is_still_being_written() -> None:
+    # A writer of one-line JSON without blank lines: the first event must not wait for the
+    # second to complete (nor be lost with it if the writer dies in the middle of it).
+    parser = EventStreamParser()
+    first_end = COMPACT.index(b"\n") + 1
+    assert [e.name for e in parser.feed(COMPACT[:first_end + 20])] == [NAMES[0]]
+    assert [e.name for e in parser.feed(COMPACT[first_end + 20:])] == NAMES[1:]
+    assert parser.skipped == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=len(COMPACT)), max_size=12))
+def test_any_split_of_a_compact_stream_gives_the_same_events(cuts: list[int]) -> None:
+    parser = EventStreamParser()
+    bounds = [0, *sorted(cuts), len(COMPACT)]
+    events = []
+    for a, b in zip(bounds, bounds[1:]):
+        events += parser.feed(COMPACT[a:b])
+    assert [e.name for e in events] == NAMES
+    assert parser.skipped == 0
+
+
 def test_a_multibyte_character_split_across_reads_survives() -> None:
     data = pretty("vm", "device-removed", {"id": "disque-été"})
     cut = data.index("é".encode()) + 1
