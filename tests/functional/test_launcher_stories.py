@@ -385,6 +385,30 @@ def test_a_vcpu_failure_is_shutoff_crashed_not_a_clean_shutdown(vh):
 
 
 @BOTH_VMMS
+def test_a_vcpu_failure_during_a_soft_reboot_is_crashed_and_not_booted_again(new_harness):
+    """A soft reboot boots the VM again once the guest has shut down; a VM the VMM stopped on
+    an internal failure has not shut down: it is Crashed, and no new VMM starts."""
+    h = new_harness(ignores_acpi=True)
+
+    async def story():
+        await h.boot()
+        await h.client.vmi_command("SoftRebootVirtualMachine", h.vmi)
+        await h.wait_for_ignored_power_buttons(1)  # the soft reboot is armed, the guest runs on
+        since = len(h.recorder.events)
+        await h.guest_does("emulation-failure")
+        await h.recorder.wait_for_status("Shutoff", "Crashed", since=since, timeout=10)
+        # The VMM exits right after its vm:shutdown; the launcher handles the exit either way:
+        log = await wait_for_file(h.layout.log_file, lambda text: b"VM is down" in text or b"booting it again" in text,
+                                  10, "the launcher handling the VMM's exit")
+        assert b"booting it again" not in log
+        assert h.launcher.children() == []
+        assert all(e.status != "Running" for e in h.recorder.events[since:])
+        assert (await h.client.get_domain())["Status"]["Reason"] == "Crashed"
+
+    h.run(story())
+
+
+@BOTH_VMMS
 @pytest.mark.parametrize("how", ["reboot", "triple-fault"])
 def test_a_guest_reboot_keeps_the_vm_running_and_is_announced(vh, how):
     async def story():
