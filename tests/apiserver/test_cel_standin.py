@@ -152,10 +152,12 @@ def test_the_cel_stand_in_calls_exactly_the_webhooks_the_api_server_calls(cluste
     cluster.ok("create", "-f", "-", input=cluster.yaml(CREATES))
     owner = cluster.json("get", "vmi", "cel-ch-vmi")
     plain_owner = cluster.json("get", "vmi", "cel-plain-vmi")
-    for pod in (launcher_pod(owner), launcher_pod(plain_owner)):
+    hotplug = launcher_pod(owner)  # virt-controller's attachment pod for a hotplugged volume
+    hotplug["metadata"].update(generateName="hp-volume-", labels={"kubevirt.io": "hotplug-disk"})
+    for pod in (launcher_pod(owner), launcher_pod(plain_owner), hotplug):
         calls, out = observed_calls(cluster, ("create",), pod)
         expected = predicted_calls(hooks, username, "Pod", "CREATE", pod, None)
-        table.append((f"create launcher pod of {pod['metadata']['generateName']}", calls, expected, out))
+        table.append((f"create pod {pod['metadata']['generateName']}", calls, expected, out))
     for what, kind, name, change in UPDATES:
         old = cluster.json("get", RESOURCE[kind], name)
         new = copy.deepcopy(old)
