@@ -2,12 +2,14 @@
 
 Both read YAML or JSON (several `---` documents per file; `-` is standard input) and never
 touch a cluster. `check` sends every VMI-bearing object (VMI, VM, VMI replica set, VM pool)
-through the same `rules.validate()` the server uses, as a CREATE, and prints the verdict, each
+through the same `rules.validate()` the server uses, as a CREATE (a VMI with the defaults
+KubeVirt's virt-api writes first: admission/kubevirt_defaults.py), and prints the verdict, each
 cause's field path and each warning; exit status 1 when any object is denied, 2 when a file
 cannot be read or is not what `kubectl apply -f` takes: no object at all (an empty file), a
 document that is not an object (a YAML list, a bare string), an object without kind or
 apiVersion. Nothing is printed on standard output then; the error names the document.
-`overhead` prints, per VMI (owners: their template), the Cloud Hypervisor overhead beside
+`overhead` prints, per VMI (owners: their template; both with virt-api's defaults, as the VMI is
+stored), the Cloud Hypervisor overhead beside
 KubeVirt's QEMU figure term by term, their totals and ratio (the same input errors: exit 2).
 """
 
@@ -22,6 +24,7 @@ from typing import Any, TextIO
 import yaml
 
 from admission.config import Config, ConfigError, load_config
+from admission.kubevirt_defaults import with_virt_api_defaults
 from admission.overhead import (
     KUBEVIRT_CONSTANTS, ROWS, CHSettings, ch_overhead, kubevirt_overhead,
 )
@@ -139,6 +142,8 @@ def check_main(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                   f"skipped", file=out)
             continue
         checked += 1
+        if doc["kind"] == "VirtualMachineInstance":
+            doc = with_virt_api_defaults(doc)  # what virt-api writes before the webhook sees it
         response = validate(parse_review(_review(doc)), config).review["response"]
         if response["allowed"]:
             print(f"{label}: {_name(doc)}: allowed", file=out)
@@ -188,6 +193,7 @@ def overhead_main(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     for label, doc in objects:
         t = target(doc["kind"], doc)
         vmi_doc = vmi_from_template(t, "default") if t is not None else None
+        vmi_doc = with_virt_api_defaults(vmi_doc)  # as the VMI is stored (virt-controller renders from it)
         print(f"{label}: {_name(doc)}", file=out)
         try:
             if vmi_doc is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import re
@@ -122,3 +123,58 @@ def test_objects_of_other_kinds_are_passed_over(tmp_path):
     code, out = run(["check", str(path)])
     assert code == 0 and out.splitlines()[0] == f"{path}#1: VirtualMachineInstance testvmi: allowed"
     assert out.splitlines()[-1] == "1 checked, 0 denied"
+
+
+def _with_disks(kind_of_second: dict) -> dict:
+    vmi = b.vmi(annotations=b.CH)
+    vmi["spec"]["domain"]["devices"]["disks"] = [{"name": "root", "disk": {"bus": "virtio"}},
+                                                 {"name": "data", **kind_of_second}]
+    vmi["spec"]["volumes"] = [{"name": "root", "containerDisk": {"image": "example.org/root:1"}},
+                              {"name": "data", "containerDisk": {"image": "example.org/data:1"}}]
+    return vmi
+
+
+SATA = ("  warning: spec.domain.devices.disks[1].disk.bus 'sata' is attached as virtio-blk (no SATA in Cloud "
+        "Hypervisor): the guest sees /dev/vdX")
+
+
+@pytest.mark.parametrize("second", [{"disk": {}}, {}], ids=["disk without bus", "no device type"])
+def test_check_judges_a_vmi_as_the_webhook_sees_it_after_kubevirts_defaults(tmp_path, second):
+    """virt-api makes a disk without a bus (or without a device type) `bus: sata` on amd64 before
+    the webhook sees the VMI (through the real API server: tests/apiserver/test_check_matches_server.py)."""
+    path = tmp_path / "vmi.yaml"
+    path.write_text(yaml.safe_dump(_with_disks(second)))
+    code, out = run(["check", str(path)])
+    assert code == 0 and SATA in out.splitlines()
+    assert "disks[0]" not in out  # a bus that is written stays as written
+
+
+def test_check_judges_templates_as_written(tmp_path):
+    vm = b.vm(_with_disks({"disk": {}}))  # virt-api does not default a VM's template
+    path = tmp_path / "objs.yaml"
+    path.write_text(yaml.safe_dump(vm))
+    code, out = run(["check", str(path)])
+    assert code == 0 and "sata" not in out, out
+
+
+def test_check_gives_a_volume_without_a_disk_the_disk_virt_api_adds(tmp_path):
+    vmi = _with_disks({"disk": {"bus": "virtio"}})
+    vmi["spec"]["volumes"].append({"name": "extra", "containerDisk": {"image": "example.org/extra:1"}})
+    path = tmp_path / "vmi.yaml"
+    path.write_text(yaml.safe_dump(vmi))
+    code, out = run(["check", str(path)])
+    assert code == 0 and "  warning: spec.domain.devices.disks[2].disk.bus 'sata' is attached as virtio-blk" in out
+
+
+def test_overhead_counts_the_disk_virt_api_adds_for_a_volume_without_one(tmp_path):
+    written = _with_disks({"disk": {"bus": "virtio"}})
+    implied = copy.deepcopy(written)
+    del implied["spec"]["domain"]["devices"]["disks"][1]  # its volume stays: virt-api adds the disk
+    tables = []
+    for obj in (written, implied):
+        path = tmp_path / "vmi.yaml"
+        path.write_text(yaml.safe_dump(obj))
+        code, out = run(["overhead", str(path)])
+        assert code == 0
+        tables.append(out.split("\n", 1)[1])
+    assert tables[0] == tables[1]
