@@ -4,7 +4,10 @@ Command line (contract.md §8, DESIGN.md "ch-launcher command line"): every virt
 with KubeVirt's default (unknown flags are logged and ignored, because virt-controller renders
 the command line), plus `--ch-binary` (env CH_BINARY), `--private-dir` and `--firmware-dir`.
 
-Process model (as `cmd/virt-launcher/virt-launcher.go@d923fdb815cd`):
+Processes (docs/process-model.md): the command's own process is the monitor
+(`ch_launcher.monitor`, as virt-launcher-monitor); it forks the launcher, which forks the VMM
+spawner (`virtqemud`) before anything else, then serves as `cmd/virt-launcher/virt-launcher.go
+@d923fdb815cd` does:
 1. create `<private-dir>/<uid>/virt-serial0-log` (the console log container waits for it), then
    serve the command socket; the rename to `launcher-sock` is the readiness signal;
 2. wait for a VM to be defined (first successful boot); after `--qemu-timeout` exit 2 with
@@ -13,7 +16,7 @@ Process model (as `cmd/virt-launcher/virt-launcher.go@d923fdb815cd`):
    runs the graceful protocol) and arm a kill after `--grace-period-seconds`;
 4. when the VM is down, wait up to 15 s for virt-handler's Delete and its final event, kill
    again, wait up to 30 s more, stop serving and exit 0.
-When ch-launcher is PID 1 of its container it also reaps orphaned zombies (on SIGCHLD).
+The monitor reaps every orphan (it is PID 1 of the container, or a child subreaper).
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from typing import TYPE_CHECKING, Any
 from ch_launcher.kubevirt import paths
 
 if TYPE_CHECKING:  # imported at run time only when needed: --help and readiness stay fast
+    from ch_launcher.ch.process import VmmSpawning
     from ch_launcher.manager import DomainManager
+    from ch_launcher.monitor import MonitorLink
 
 log = logging.getLogger("ch_launcher")
 
@@ -200,14 +205,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     if settings.hook_sidecars:
         log.warning("--hook-sidecars=%d: hook sidecars edit libvirt domain XML, which Cloud Hypervisor "
                     "does not use; not waiting for them", settings.hook_sidecars)
+    from ch_launcher import monitor
+
+    return monitor.run(lambda link: launch(settings, link))
+
+
+def launch(settings: Settings, link: MonitorLink) -> int:
+    """The launcher process (the monitor's child): fork the VMM spawner first, while no thread
+    runs, then serve; the exit status."""
+    from ch_launcher.ch.exits import ExitReports
+    from ch_launcher.ch.process import VmmSpawning
+    from ch_launcher.ch.proctitle import set_cmdline, set_comm
+    from ch_launcher.ch.spawner import Spawner
+
+    # The monitor keeps the full command line; this one says what it is (ps, kubevirt-probe).
+    set_comm("ch-launcher")
+    set_cmdline(f"ch-launcher: the launcher of {settings.namespace}/{settings.name} (monitor pid {link.monitor_pid})")
+    spawner = Spawner.start()
     try:
-        return asyncio.run(run(settings))
+        spawning = VmmSpawning(spawner=spawner, exits=ExitReports(link.exit_reports_fd),
+                               monitor_pid=link.monitor_pid, subreaper=link.subreaper)
+        return asyncio.run(run(settings, spawning))
     except KeyboardInterrupt:
         return 130
+    finally:
+        spawner.close()
 
 
-async def run(settings: Settings) -> int:
-    """Serve one VMI until it is gone; the exit status of the process."""
+async def run(settings: Settings, spawning: VmmSpawning | None = None) -> int:
+    """Serve one VMI until it is gone; the exit status of the process. `spawning`: how VMMs are
+    started (the pod's process model); None runs the VMM as this process's child."""
     from ch_launcher.manager import DomainManager, ManagerSettings
     from ch_launcher.notify import Notifier
     from ch_launcher.server import LauncherServer
@@ -223,7 +250,8 @@ async def run(settings: Settings) -> int:
         private_dir=settings.private_dir, share_dir=settings.share_dir,
         ephemeral_disk_dir=settings.ephemeral_disk_dir, container_disk_dir=settings.container_disk_dir,
         hotplug_disk_dir=settings.hotplug_disk_dir.rstrip("/") or "/", firmware_dir=settings.firmware_dir,
-        ch_binary=settings.ch_binary, name=settings.name, namespace=settings.namespace, uid=settings.uid), notifier)
+        ch_binary=settings.ch_binary, name=settings.name, namespace=settings.namespace, uid=settings.uid,
+        spawning=spawning), notifier)
     stop = asyncio.Event()
     early_exit = asyncio.Event()
     server = LauncherServer(manager, settings.sockets_dir, on_early_exit=early_exit.set,
@@ -231,8 +259,6 @@ async def run(settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
         loop.add_signal_handler(sig, _on_signal, sig, stop)
-    if os.getpid() == 1:
-        loop.add_signal_handler(signal.SIGCHLD, reap_orphans, manager)
     code = 1
     try:
         await server.start()
@@ -338,34 +364,6 @@ async def supervise(manager: DomainManager, settings: Settings, stop: asyncio.Ev
         sent = await manager.flush_events(FINAL_NOTIFY_WAIT)
         log.info("Final Delete notification %s", "sent" if sent else "not confirmed by virt-handler")
     return 0
-
-
-def reap_orphans(manager: DomainManager) -> None:
-    """SIGCHLD while PID 1: reap zombie children that are not the VMM (whose status the VMM
-    supervisor collects itself). Orphans of the container are reparented to PID 1."""
-    own = manager.owned_pids()
-    for pid in _children():
-        if pid in own or not _is_zombie(pid):
-            continue
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)
-
-
-def _children() -> list[int]:
-    pids: list[int] = []
-    with contextlib.suppress(OSError):
-        for tid in os.listdir("/proc/self/task"):
-            with contextlib.suppress(OSError, ValueError), open(f"/proc/self/task/{tid}/children") as f:
-                pids.extend(int(p) for p in f.read().split())
-    return pids
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
 
 
 if __name__ == "__main__":

@@ -177,7 +177,13 @@ class LauncherProcess:
         return self.poll()
 
     def children(self) -> list[int]:
-        """PIDs of the launcher's descendants (the VMM), from /proc."""
+        """PIDs of the VMMs below the launcher command, found by the name virt-handler looks for
+        (`qemu-system*`, docs/process-model.md), from /proc. The monitor (the command's own
+        process), the launcher and its `virtqemud` spawner are not in this list."""
+        return sorted(p for p in self.processes() if _comm(p).startswith(VMM_COMM_PREFIX))
+
+    def processes(self) -> list[int]:
+        """PIDs of every process below the launcher command (launcher, spawner, VMMs)."""
         return sorted(_descendants(self.pid)) if self.popen is not None else []
 
     def _remember_descendants(self) -> None:
@@ -221,6 +227,17 @@ class LauncherProcess:
             return self.layout.log_file.read_text(errors="replace")
         except OSError:
             return ""
+
+
+VMM_COMM_PREFIX = "qemu-system"
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def _descendants(pid: int) -> set[int]:

@@ -13,22 +13,34 @@ from /dev/null and stdout/stderr appended to the log file: messages CH prints be
 `--log-file` (a bad flag, a socket in use) land there too and show up in `VmmStartError`. The log
 file is emptied at each spawn (as CH itself truncates it when it opens it), so it holds one VMM's
 words only, whatever the VMM does with it: `failure()` reads them.
+
+Two ways to start it. Given a `VmmSpawning` (the launcher in its pod process model,
+docs/process-model.md), the `virtqemud` spawner starts it through the `qemu-system-cloud-hypervisor`
+alias and the monitor becomes its parent: its exit status then comes from the monitor's reports
+(`ExitReports`) and signals go through its pidfd. Without one (tests of this module, tools), it
+is an ordinary child (`subprocess.Popen`). Both behave the same through this class.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import signal
 import stat
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from .api import ChApiError, CloudHypervisorClient
+from .exits import ExitReports
+from .spawner import VMM_ALIAS, SpawnError, Spawner, vmm_alias
 from .vmconfig import VmmPingResponse
 from .vmmlog import failure_in_file
 
 READY_POLL_INTERVAL = 0.01
+UNKNOWN_EXIT = 255  # an adopted VMM's exit status when nobody could collect it
 LOG_TAIL_LINES = 20
 
 
@@ -48,12 +60,57 @@ def _describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
+@dataclass(frozen=True)
+class VmmSpawning:
+    """How VMMs are started in the pod's process model: by `spawner` (the `virtqemud` child),
+    reparented to the monitor `monitor_pid`, whose reports arrive through `exits`."""
+
+    spawner: Spawner
+    exits: ExitReports
+    monitor_pid: int
+    subreaper: bool = True
+
+
+class _Adopted:
+    """A VMM that is not our child, with the part of `subprocess.Popen`'s interface we use."""
+
+    def __init__(self, pid: int, pidfd: int, exits: ExitReports) -> None:
+        self.pid = pid
+        self.pidfd = pidfd
+        self._exits = exits
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._exits.returncode(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.poll() is None:
+            self.returncode = self._exits.wait(self.pid, timeout)
+            if self.returncode is None and self._exits.closed:
+                # The monitor has gone (killed): nobody reports; wait for the exit itself.
+                if self.pidfd >= 0 and select.select([self.pidfd], [], [], timeout)[0]:
+                    self.returncode = UNKNOWN_EXIT
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.pidfd >= 0 and self.poll() is None:
+            with contextlib.suppress(ProcessLookupError, OSError):
+                signal.pidfd_send_signal(self.pidfd, sig)
+
+    def release(self) -> None:
+        self.pidfd = -1  # closed by VmmProcess.close(); the report stays for a thread still waiting
+
+
 class VmmProcess:
     """One running (or finished) VMM process. Create it with `VmmProcess.spawn`."""
 
     def __init__(
         self,
-        popen: subprocess.Popen[bytes],
+        popen: subprocess.Popen[bytes] | _Adopted,
         *,
         api_socket: str,
         event_monitor: str,
@@ -66,11 +123,15 @@ class VmmProcess:
         self.log_file = log_file
         self.argv = argv
         self.client = CloudHypervisorClient(api_socket)
+        self.adopted = isinstance(popen, _Adopted)
         self.pidfd: int | None
-        try:
-            self.pidfd = os.pidfd_open(popen.pid)
-        except (AttributeError, OSError):  # kernels before 5.3: callers fall back to polling
-            self.pidfd = None
+        if isinstance(popen, _Adopted):
+            self.pidfd = popen.pidfd
+        else:
+            try:
+                self.pidfd = os.pidfd_open(popen.pid)
+            except (AttributeError, OSError):  # kernels before 5.3: callers fall back to polling
+                self.pidfd = None
 
     # --- start ------------------------------------------------------------------------------
 
@@ -86,12 +147,14 @@ class VmmProcess:
         no_shutdown: bool = False,
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        spawning: VmmSpawning | None = None,
     ) -> VmmProcess:
         """Starts `binary --api-socket path=.. --event-monitor path=.. --log-file .. [-v] [--no-shutdown]`.
 
         A stale file at `api_socket` is unlinked first (CH <= v52 refuses to bind over it). If
         `event_monitor` is a FIFO, its reader must already be open (`open_event_fifo`), because
         CH blocks at start-up until one is. `env=None` inherits this process's environment.
+        With `spawning`, the spawner starts it (see the module docstring).
         Raises `VmmStartError` (nothing started) if the stale socket cannot be removed, the log
         file cannot be opened, or the binary cannot be executed.
         """
@@ -110,6 +173,9 @@ class VmmProcess:
         if no_shutdown:
             argv.append("--no-shutdown")
         argv.extend(extra_args)
+        if spawning is not None:
+            return cls._spawn_through(spawning, argv, api_socket=str(api_socket), event_monitor=str(event_monitor),
+                                      log_file=str(log_file), env=env)
         try:
             out = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
         except OSError as exc:
@@ -129,6 +195,22 @@ class VmmProcess:
         finally:
             os.close(out)
         return cls(popen, api_socket=str(api_socket), event_monitor=str(event_monitor), log_file=str(log_file), argv=argv)
+
+    @classmethod
+    def _spawn_through(cls, spawning: VmmSpawning, argv: list[str], *, api_socket: str, event_monitor: str,
+                       log_file: str, env: Mapping[str, str] | None) -> VmmProcess:
+        try:
+            exe = vmm_alias(argv[0], os.path.dirname(api_socket))
+        except (OSError, SpawnError) as exc:
+            raise VmmStartError(f"cannot make the alias {VMM_ALIAS} of {argv[0]}: {exc}") from exc
+        argv = [os.path.realpath(exe), *argv[1:]]  # ps shows cloud-hypervisor; comm is the alias
+        try:
+            pid, pidfd = spawning.spawner.spawn(exe, argv, env=dict(os.environ if env is None else env),
+                                                log_file=log_file)
+        except SpawnError as exc:
+            raise VmmStartError(str(exc)) from exc
+        return cls(_Adopted(pid, pidfd, spawning.exits), api_socket=api_socket, event_monitor=event_monitor,
+                   log_file=log_file, argv=argv)
 
     def wait_ready(self, timeout: float = 10.0) -> VmmPingResponse:
         """Waits until `vmm.ping` answers; returns it (its version is then `self.version`).
@@ -236,10 +318,13 @@ class VmmProcess:
         code = self.wait(term_timeout)
         if code is not None:
             return code
-        try:
-            os.killpg(self.pid, signal.SIGKILL)  # the leader is unreaped, so the group id is ours
-        except (ProcessLookupError, PermissionError):
-            self._signal(signal.SIGKILL)
+        if self.adopted:
+            self._signal(signal.SIGKILL)  # through its pidfd: never another process
+        else:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)  # the leader is unreaped, so the group id is ours
+            except (ProcessLookupError, PermissionError):
+                self._signal(signal.SIGKILL)
         return self._popen.wait()
 
     def kill(self) -> int:
@@ -264,6 +349,8 @@ class VmmProcess:
     def close(self) -> None:
         """Releases the pidfd and the client; does not stop the process (use `terminate`)."""
         if self.pidfd is not None:
+            if isinstance(self._popen, _Adopted):
+                self._popen.release()
             try:
                 os.close(self.pidfd)
             except OSError:

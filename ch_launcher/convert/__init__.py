@@ -75,4 +75,5 @@ def translate(vmi: VirtualMachineInstance | dict[str, Any] | bytes | str,
 def _plan(t: Translation) -> Plan:
     return Plan(config=t.config, steps=t.steps, warnings=t.warnings, disks=t.disks,
                 interfaces=t.interfaces, serial_socket=t.serial_socket, dhcp=t.dhcp,
-                hotplug_disks=set(t.hotplug_disks), tpm=t.tpm, migration_blockers=list(t.migration_blockers))
+                hotplug_disks=set(t.hotplug_disks), tpm=t.tpm, migration_blockers=list(t.migration_blockers),
+                host=t.host)

@@ -15,8 +15,9 @@ from typing import Any
 from decimal import Decimal
 
 from ch_launcher.ch.vmconfig import VmConfig
+from ch_launcher.convert.topology import HostTopology
 from ch_launcher.convert.errors import Degradation, Reason, UnsupportedFeature, UnsupportedFeatures
-from ch_launcher.convert.plan import DhcpSpec, Step
+from ch_launcher.convert.plan import DhcpSpec, HostTuning, Step
 from ch_launcher.kubevirt import paths
 from ch_launcher.kubevirt.domain import DomainDisk, DomainInterface
 from ch_launcher.kubevirt.quantity import parse_quantity
@@ -32,6 +33,9 @@ class PodFacts:
     link_mtu: Mapping[str, int] = field(default_factory=dict)  # link name (tap0, eth0, ...) -> MTU
     link_mac: Mapping[str, str] = field(default_factory=dict)  # link name -> MAC (eth0's is the guest's)
     network_info: str | None = None  # text of /etc/podinfo/network-info (SR-IOV, vhost-user); None: absent
+    memory_nodes: tuple[int, ...] = ()  # NUMA nodes of the container's cpuset.mems (empty: unknown)
+    topology: HostTopology | None = None  # the host's NUMA cells and cores from sysfs (None: unknown)
+    host_root: str = ""  # prefixes host paths the launcher checks (VFIO devices); "" in a pod, a directory in tests
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,19 @@ class LauncherOptions:
     preallocated_volumes: tuple[str, ...] = ()
     serial_console_log_disabled: bool = False
     free_page_reporting_disabled: bool = False
+    topology: HostTopology | None = None  # the node's topology virt-handler sends (VirtualMachineOptions.topology)
+
+
+@dataclass(frozen=True)
+class GuestNumaCell:
+    """One guest NUMA node of `numa.guestMappingPassthrough`: the host cell it mirrors, its vCPUs,
+    its memory, and its distances to the other guest nodes."""
+
+    guest_id: int
+    host_id: int
+    vcpus: tuple[int, ...]
+    memory: int = 0
+    distances: tuple[tuple[int, int], ...] = ()  # (guest id, distance)
 
 
 class Translation:
@@ -93,6 +110,8 @@ class Translation:
         self.hotplug_disks: set[str] = set()  # disks of hotplugged volumes (attached and detached live)
         self.tpm: Any = None  # convert.tpm.TpmSpec: the swtpm the launcher runs
         self.migration_blockers: list[tuple[str, str]] = []  # (KubeVirt reason, why): convert/migration.py
+        self.host = HostTuning()  # what the launcher does to the pod's processes (replaced, never mutated)
+        self.guest_numa: list[GuestNumaCell] = []  # compute decides, memory sizes (numa passthrough)
 
     @property
     def vmi_dir(self) -> str:

@@ -142,6 +142,36 @@ class DhcpSpec:
     options: DhcpOptions = field(default_factory=DhcpOptions)
 
 
+@dataclass(frozen=True)
+class RequireVfioDevice(Step):
+    """A host device passed through with VFIO: its sysfs directory must exist, a PCI device must
+    be bound to vfio-pci, and its IOMMU group's `/dev/vfio/<group>` must be there (the device
+    plugin mounts it into the pod). Checked before the VMM sees the device, which would only say
+    it cannot open the VFIO container. `root` prefixes every host path (tests)."""
+
+    sysfs_path: str  # /sys/bus/pci/devices/<bdf>/ or /sys/bus/mdev/devices/<uuid>/
+    what: str  # e.g. "GPU gpu1 (resource nvidia.com/GP102GL_Tesla_P40)"
+    root: str = ""
+
+
+@dataclass(frozen=True)
+class HostTuning:
+    """What the launcher does to the pod's processes for a VMI, beside the VmConfig
+    (docs/process-model.md; `configure_runtime` and the compute configurator decide it).
+
+    `finds_vmm`: virt-handler's KVM runtime will look for the VMM (VFIO, realtime, memLock
+    Required: AdjustResources; dedicated CPUs: HandleHousekeeping), so the process model must
+    hold or the Sync fails. `lock_memory`: bytes the VMM must be able to lock when `vm.boot`
+    maps guest memory for VFIO DMA (0: none). `housekeeping_cpus`: with an isolated emulator
+    thread, where every thread of the pod that is not a vCPU runs. `realtime_vcpus`: vCPUs
+    whose threads get SCHED_FIFO priority 1, as virt-handler gives QEMU's."""
+
+    finds_vmm: bool = False
+    lock_memory: int = 0
+    housekeeping_cpus: tuple[int, ...] = ()
+    realtime_vcpus: tuple[int, ...] = ()
+
+
 @dataclass
 class Plan:
     config: VmConfig
@@ -154,3 +184,4 @@ class Plan:
     hotplug_disks: set[str] = field(default_factory=set)  # disk names of hotplugged volumes
     tpm: Any = None  # convert.tpm.TpmSpec when the VM has a TPM (swtpm runs before boot)
     migration_blockers: list[tuple[str, str]] = field(default_factory=list)  # why it cannot live-migrate
+    host: HostTuning = field(default_factory=HostTuning)

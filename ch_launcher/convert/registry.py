@@ -17,6 +17,7 @@ from ch_launcher.convert.memory import configure_memory
 from ch_launcher.convert.migration import configure_migration
 from ch_launcher.convert.network import configure_network
 from ch_launcher.convert.policy import configure_pci_budget, configure_policy
+from ch_launcher.convert.runtime import configure_runtime
 from ch_launcher.convert.storage import configure_storage
 from ch_launcher.convert.tpm import configure_tpm
 
@@ -30,6 +31,7 @@ CONFIGURATORS: list[Callable[[Translation], None]] = [
     configure_tpm,  # after firmware: the state directory is named by the firmware UUID
     configure_memory,
     configure_migration,  # reads the devices and volumes decided above; policy reads its verdict
+    configure_runtime,  # what virt-handler's runtime will do: reads memory and devices
     configure_policy,
     configure_pci_budget,  # counts what every configurator above added
 ]

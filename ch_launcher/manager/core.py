@@ -90,6 +90,7 @@ class DomainManager(LiveChanges, Migrating):
         self._domain_json = ""
         self._announced = False             # an ADDED was sent for the current domain
         self._start_error: str | None = None  # a background start that failed, for the next Sync
+        self._model_problem: str | None = None  # why virt-handler would not find the VMM (procmodel)
         self._outbox = Outbox(sink)
         self._changed = asyncio.Event()
         self.booted_once = asyncio.Event()   # a VM booted at least once ("domain defined")
@@ -120,13 +121,6 @@ class DomainManager(LiveChanges, Migrating):
     @property
     def vmm_pid(self) -> int | None:
         return self._host.current.pid if self._host.current is not None else None
-
-    def owned_pids(self) -> set[int]:
-        """Children whose exit status the VMM supervisor collects itself (not to be reaped by others)."""
-        pids = self._host.owned_pids()
-        if self._swtpm is not None and self._swtpm.pid is not None:
-            pids.add(self._swtpm.pid)
-        return pids
 
     async def domain_stats(self, timeout: float) -> str:
         """stats.DomainStats JSON of the running VM, or "" when there is none (contract §12).
@@ -294,6 +288,7 @@ class DomainManager(LiveChanges, Migrating):
             await self._prepare()
         elif step is Step.SPAWN:
             await self._ensure_vmm()
+            await self._fit_vmm()
         elif step is Step.CREATE:
             await self._create()
         elif step is Step.BOOT:
@@ -391,8 +386,48 @@ class DomainManager(LiveChanges, Migrating):
             await self._vmm_gone(vmm)
             raise CommandFailed(refusal)
         log.info("cloud-hypervisor %s is up (pid %d)", version, vmm.pid)
+        self._check_process_model(vmm)
         self._bump()
         return vmm
+
+    def _check_process_model(self, vmm: VmmProcess) -> None:
+        from ch_launcher.manager import procmodel
+
+        spawning = self.settings.spawning
+        self._model_problem = procmodel.model_problem(spawning, vmm.pid)
+        if self._model_problem is None:
+            log.info("process model: %s", procmodel.describe_model(spawning, vmm.pid))
+        else:
+            log.error("virt-handler will not find this pod's VMM: %s. VMIs with VFIO devices, dedicated or "
+                      "realtime CPUs or memLock: Required cannot run here (%s)", self._model_problem, procmodel.DOC)
+
+    async def _fit_vmm(self) -> None:
+        """Before vm.create: the VMM must be where virt-handler looks for it and able to lock the
+        memory the VM pins, if this VM needs either (HostTuning); else fail with the reason,
+        leaving no VM behind. A VMM started before virt-handler raised the spawner's memlock
+        limit is replaced by one that inherits it."""
+        from ch_launcher.manager import procmodel
+
+        assert self._plan is not None and self._host.current is not None
+        host = self._plan.host
+        if host.finds_vmm and self._model_problem is not None:
+            raise CommandFailed(f"virt-handler would not find this VMI's VMM and would fail its reconcile: "
+                                f"{self._model_problem} ({procmodel.DOC})")
+        if host.lock_memory:
+            vmm = self._host.current
+            if procmodel.lock_problem(vmm.pid, host.lock_memory) and procmodel.spawner_can_lock(
+                    self.settings.spawning, host.lock_memory):
+                log.info("the VMM (pid %d) started before virt-handler raised the memlock limit; starting one "
+                         "that inherits it", vmm.pid)
+                await self._stop_vmm()
+                vmm = await self._ensure_vmm()
+            problem = procmodel.lock_problem(vmm.pid, host.lock_memory)
+            if problem is not None:
+                raise CommandFailed(problem)
+        if host.housekeeping_cpus:
+            from ch_launcher.manager import tuning
+
+            tuning.pin_housekeeping(self.settings.spawning, self._host.current.pid, host.housekeeping_cpus)
 
     async def _ensure_vmm_quietly(self) -> None:
         try:
@@ -448,6 +483,11 @@ class DomainManager(LiveChanges, Migrating):
         self._set_state(VmState.PAUSED if start_paused else VmState.RUNNING, force=True)
         self.booted_once.set()
         self._guest.attach_console()
+        host = self._plan.host if self._plan is not None else None
+        if host is not None and (host.housekeeping_cpus or host.realtime_vcpus):
+            from ch_launcher.manager import tuning
+
+            tuning.after_boot(self.settings.spawning, self._host.current.pid, host)
         release_memory()
 
     async def _vm_call(self, what: str, call: Callable[[Any], None], new_state: VmState | None,

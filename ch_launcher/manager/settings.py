@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 from ch_launcher.kubevirt import paths
 
 if TYPE_CHECKING:
+    from ch_launcher.ch.process import VmmSpawning
     from ch_launcher.convert import LauncherEnv, PodFacts
 
 # What the first Sync needs and readiness does not (pydantic models, the configurators):
@@ -61,6 +62,7 @@ class ManagerSettings:
     stop_timeout: float = 3.0             # each stage of vmm.shutdown -> SIGTERM -> SIGKILL
     api_timeout: float = 5.0              # any other REST call (vm.pause, vm.info, ...)
     vmm_env: Mapping[str, str] | None = None  # None: the launcher's own environment
+    spawning: VmmSpawning | None = None   # the pod's process model (docs/process-model.md); None: VMM is our child
 
     def launcher_env(self, pod: PodFacts | None = None) -> LauncherEnv:
         """The translator's view of these directories (imported late: see HEAVY_MODULES)."""

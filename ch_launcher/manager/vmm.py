@@ -51,10 +51,6 @@ class VmmHost:
         self._fifo: EventFifo | None = None
         self._parser = EventStreamParser()
 
-    def owned_pids(self) -> set[int]:
-        """Children whose exit status the VMM supervisor collects itself (not to be reaped by others)."""
-        return {vmm.pid for vmm in list(self.spawned) if vmm.returncode is None}
-
     async def spawn(self) -> VmmProcess:
         """Start a VMM (it becomes `current`) and watch it. Raises VmmStartError if it cannot be
         executed. Does not wait for its API: see `wait_ready`."""
@@ -71,7 +67,8 @@ class VmmHost:
 
         def spawn() -> VmmProcess:
             vmm = VmmProcess.spawn(self.settings.ch_binary, api_socket=api_socket, event_monitor=events,
-                                   log_file=log_file, env=vmm_environment(self.settings.vmm_env))
+                                   log_file=log_file, env=vmm_environment(self.settings.vmm_env),
+                                   spawning=self.settings.spawning)
             vmm.client.timeout = self.settings.api_timeout
             self.spawned.append(vmm)  # known to close() even if the caller is cancelled now
             return vmm

@@ -785,7 +785,20 @@ class Conn:
         self.sock.close()
 
 
+def _name_after_argv0() -> None:
+    """A real binary's process is named (comm, 15 characters) after the path it was executed by:
+    `cloud-hyperviso`, or `qemu-system-clo` through the launcher's alias. A script run through
+    `#!/usr/bin/env python3` would be `python3`; take the name the real binary would have, since
+    virt-handler finds the VMM by it (docs/process-model.md)."""
+    try:
+        with open("/proc/self/comm", "w") as f:
+            f.write(os.path.basename(sys.argv[0])[:15])
+    except OSError:
+        pass
+
+
 def main() -> int:
+    _name_after_argv0()
     version_text = os.environ.get("FAKE_CH_VERSION", "53.0.0")
     version = parse_version(version_text)
     opts = parse_args(sys.argv[1:], ".".join(map(str, version)))

@@ -93,30 +93,6 @@ def test_simulate_crash_exits_non_zero_at_once():
     assert main(["--simulate-crash"]) != 0
 
 
-def test_as_pid_1_orphaned_zombies_are_reaped_but_not_the_vmm():
-    import os
-    import subprocess
-    import sys
-    import time
-
-    from ch_launcher.cli import _is_zombie, reap_orphans
-
-    orphan = subprocess.Popen([sys.executable, "-c", "pass"])
-    vmm = subprocess.Popen([sys.executable, "-c", "pass"])
-    deadline = time.monotonic() + 10
-    while not (_is_zombie(orphan.pid) and _is_zombie(vmm.pid)) and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-    class Manager:
-        def owned_pids(self):
-            return {vmm.pid}
-
-    reap_orphans(Manager())
-    assert not os.path.exists(f"/proc/{orphan.pid}")  # reaped: gone from /proc
-    assert _is_zombie(vmm.pid)  # left for its supervisor
-    assert vmm.wait(5) == 0
-
-
 class _FakeManager:
     """Just enough of DomainManager for supervise(): a running VM that Kill stops."""
 

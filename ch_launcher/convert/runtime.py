@@ -1,0 +1,68 @@
+"""What virt-handler's KVM runtime will do to this VMI's pod, and what the VMM then needs (pure).
+
+virt-handler runs `VirtRuntime` (kubevirt pkg/hypervisor/kvm/runtime.go@d923fdb815cd) on every
+launcher pod, whatever runs inside (docs/process-model.md):
+
+- `AdjustResources` acts when `vmitrait.HasVFIO(vmi)` (a host device, a GPU or an SR-IOV
+  interface), `vmi.IsRealtimeEnabled()`, `util.IsSEVVMI(vmi)` or `util.RequiresLockingMemory(vmi)`
+  (`memory.reservedOverhead.memLock: Required`): before the VMI runs it sets the memlock limit of
+  the launcher's `virtqemud` child to unlimited; once it runs, that of the `qemu-system*` child of
+  the launcher's parent, and fails if there is none;
+- `HandleHousekeeping` looks for that `qemu-system*` process after every Sync of a VMI with
+  `dedicatedCpuPlacement` that is not yet running (its `kvm-pit` thread), and fails without it.
+
+So for these VMIs the launcher's process model must hold (`HostTuning.finds_vmm`). The VMM must
+also be able to lock guest memory when it needs to: with VFIO devices Cloud Hypervisor maps (and
+the kernel pins) all guest RAM for DMA when `vm.boot` creates the devices (cloud-hypervisor
+vmm/src/device_manager.rs@v53.0 `add_vfio_device`: `vfio_dma_map` of every region; virtio-mem
+regions are mapped as they are plugged, so hot-pluggable memory counts too); `memLock: Required`
+asks for the same limit for devices the VMI does not name. `HostTuning.lock_memory` is that many
+bytes; the launcher checks the VMM can lock them before `vm.create` (manager).
+
+Runs after `memory` (it reads the guest size) and `compute` (which sets the CPU tuning).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ch_launcher.convert.context import Translation
+
+
+def has_vfio(t: Translation) -> bool:
+    """vmitrait.HasVFIO (kubevirt pkg/vmitrait/vmitrait.go@d923fdb815cd)."""
+    devices = t.vmi.spec.domain.devices
+    return bool(devices.hostDevices or devices.gpus or any(i.sriov is not None for i in devices.interfaces))
+
+
+def requires_locking_memory(t: Translation) -> bool:
+    """util.RequiresLockingMemory (kubevirt pkg/util/util.go@d923fdb815cd)."""
+    memory = t.vmi.spec.domain.memory
+    return memory is not None and memory.reservedOverhead is not None and memory.reservedOverhead.memLock == "Required"
+
+
+def adjusts_resources(t: Translation) -> bool:
+    """Whether virt-handler's `AdjustResources` acts on this VMI."""
+    domain = t.vmi.spec.domain
+    realtime = domain.cpu is not None and domain.cpu.realtime is not None
+    sev = domain.launchSecurity is not None and (domain.launchSecurity.sev is not None or domain.launchSecurity.snp is not None)
+    return has_vfio(t) or realtime or sev or requires_locking_memory(t)
+
+
+def guest_ram(t: Translation) -> int:
+    """Every byte of guest RAM the VM may ever have: boot memory, zones, hot-pluggable memory."""
+    memory = t.config.memory
+    if memory is None:
+        return 0
+    total = memory.size + (memory.hotplug_size or 0)
+    for zone in memory.zones or ():
+        total += zone.size + (zone.hotplug_size or 0)
+    return total
+
+
+def configure_runtime(t: Translation) -> None:
+    """Fill `t.host.finds_vmm` and `t.host.lock_memory`."""
+    cpu = t.vmi.spec.domain.cpu
+    finds_vmm = adjusts_resources(t) or (cpu is not None and cpu.dedicatedCpuPlacement)
+    lock = guest_ram(t) if has_vfio(t) or requires_locking_memory(t) else 0
+    t.host = replace(t.host, finds_vmm=finds_vmm, lock_memory=lock)

@@ -1,0 +1,170 @@
+"""The launcher pod's processes as virt-handler's KVM runtime finds them (docs/process-model.md).
+
+Stories on the simulated VMM, with virt-handler's lookups as `kubevirt_runtime` renders them
+(kubevirt-probe's `runtime` scenario runs KubeVirt's own code: test_runtime_probe.py):
+
+- the socket owner is the launcher, its parent the monitor (the command's own process), its
+  child `virtqemud`, and the VMM a `qemu-system*` child of the monitor;
+- virt-handler raises virtqemud's memlock limit before the first Sync; the VMM that boots the
+  VM has it (as uid 107 without capabilities, as in a pod); without the raise, a VMI that locks
+  memory fails its Sync with the reason and nothing of the VM is created;
+- the monitor reports the VMM's exit to the launcher, and stops a VMM the launcher left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import shutil
+import signal
+import time
+
+import pytest
+
+from ch_launcher.demo import CommandError
+from tests.functional import kubevirt_runtime as vh
+from tests.functional.harness import Harness, make_vmi
+
+POD_UID = 107
+UNLIMITED = vh.can_raise_memlock_to_unlimited()
+_SOFT, HARD = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+# Where virt-handler's raise to unlimited is not permitted (no CAP_SYS_RESOURCE here), the
+# launcher starts with a soft limit below the hard one and the raise goes to the hard limit: the
+# VM then locks at most that much.
+GUEST = 128 << 20 if UNLIMITED else HARD
+START_SOFT = 64 << 10
+
+
+def memlock_vmi() -> dict:
+    vmi = make_vmi()
+    vmi["spec"]["domain"]["memory"] = {"guest": str(GUEST), "reservedOverhead": {"memLock": "Required"}}
+    vmi["spec"]["domain"]["resources"]["requests"]["memory"] = str(GUEST)
+    return vmi
+
+
+async def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not within {timeout} s")
+        await asyncio.sleep(0.02)
+
+
+def _vmm(h: Harness) -> int | None:
+    pid, ppid = vh.socket_owner(str(h.layout.cmd_socket))
+    try:
+        return vh.find_qemu(ppid)
+    except LookupError:
+        return None
+
+
+@pytest.fixture
+def harness():
+    made: list[Harness] = []
+
+    def make(*, as_pod_user: bool = False, **kw) -> Harness:
+        if as_pod_user:
+            # The compute container of a non-root VMI: uid/gid 107 and, for these VMIs without a
+            # NIC, no capability at all (the launcher's DHCP server needs NET_BIND_SERVICE).
+            if os.getuid() != 0 or shutil.which("setpriv") is None:
+                pytest.fail("these stories run the launcher as uid 107: they need root and setpriv (util-linux)")
+            kw["wrapper"] = ["setpriv", f"--reuid={POD_UID}", f"--regid={POD_UID}", "--clear-groups",
+                             "--inh-caps=-all", "--bounding-set=-all"]
+            if not UNLIMITED:
+                kw["wrapper"] = ["prlimit", f"--memlock={START_SOFT}:{HARD}", *kw["wrapper"]]
+        h = Harness(**kw)
+        made.append(h)
+        if as_pod_user:
+            for path in [h.root, *h.root.rglob("*")]:
+                os.chown(path, POD_UID, POD_UID, follow_symlinks=False)
+        return h
+
+    yield make
+    for h in made:
+        h.close()
+
+
+def test_virt_handler_finds_the_launcher_its_virtqemud_and_the_vmm_where_it_looks(harness):
+    h = harness()
+
+    async def story():
+        await h.start()
+        owner, parent = vh.socket_owner(str(h.layout.cmd_socket))
+        assert parent == h.launcher.pid  # the monitor: the container's command
+        assert vh.stat(owner)[0] == "ch-launcher"
+        virtqemud = vh.find_virtqemud(owner)
+        assert virtqemud is not None, "no virtqemud child of the socket owner"
+        vmm = await wait_for(lambda: _vmm(h), what="the VMM under the launcher's parent")
+        assert vh.stat(vmm) == ("qemu-system-clo", parent)
+        with open(f"/proc/{vmm}/cmdline", "rb") as f:
+            # the simulated VMM is a script: its interpreter gets the alias's path (the real
+            # binary's command line keeps its own path, test_runtime_probe.py)
+            assert f.read().split(b"\0")[1].endswith(b"/qemu-system-cloud-hypervisor")
+        await h.client.sync(h.vmi)
+        await h.recorder.wait_for_status("Running", timeout=15)
+        assert vh.find_qemu(parent) == vmm and vh.find_virtqemud(owner) == virtqemud
+        # The three Python processes say what they are.
+        with open(f"/proc/{owner}/cmdline", "rb") as f:
+            assert f.read().startswith(b"ch-launcher: the launcher of default/testvmi")
+        with open(f"/proc/{virtqemud}/cmdline", "rb") as f:
+            assert f.read().startswith(b"virtqemud: the VMM spawner of ch-launcher")
+
+    h.run(story())
+
+
+def test_the_vmm_locks_guest_memory_with_the_limit_virt_handler_gave_virtqemud_before_the_sync(harness):
+    h = harness(vmi=memlock_vmi(), as_pod_user=True)
+
+    async def story():
+        await h.start()
+        os.chown(h.layout.notify_socket, POD_UID, POD_UID)  # as virt-handler does for non-root VMIs
+        owner, parent = vh.socket_owner(str(h.layout.cmd_socket))
+        warm = await wait_for(lambda: _vmm(h), what="the VMM")
+        assert int(vh.memlock(warm)[0]) < GUEST
+        # virt-handler's AdjustResources before Running, on the launcher's virtqemud child
+        vh.adjust_resources(vh.find_virtqemud(owner))
+        await h.client.sync(h.vmi)
+        await h.recorder.wait_for_status("Running", timeout=15)
+        vmm = vh.find_qemu(parent)
+        assert vmm != warm  # the VMM started before the raise was replaced by one that inherits it
+        assert vh.memlock(vmm) == (("unlimited", "unlimited") if UNLIMITED else (str(HARD), str(HARD)))
+        assert "started before virt-handler raised the memlock limit" in h.log_text()
+
+    h.run(story())
+
+
+def test_without_the_raise_a_vmi_that_locks_memory_fails_its_sync_and_nothing_is_created(harness):
+    h = harness(vmi=memlock_vmi(), as_pod_user=True)
+
+    async def story():
+        await h.start()
+        await wait_for(lambda: _vmm(h), what="the VMM")
+        with pytest.raises(CommandError) as e:
+            await h.client.sync(h.vmi)
+        message = str(e.value)
+        assert f"may lock {_SOFT if UNLIMITED else START_SOFT} bytes" in message
+        assert f"needs {GUEST} bytes of guest memory locked at boot" in message
+        assert "virtqemud child before the first Sync" in message
+        assert h.requests("vm.create") == []  # no VM, not even a config
+        assert (await h.client.get_domain()) is None
+
+    h.run(story())
+
+
+def test_when_the_launcher_dies_the_monitor_stops_the_vmm_and_exits_with_its_status(harness):
+    h = harness()
+
+    async def story():
+        await h.boot()
+        owner, _ = vh.socket_owner(str(h.layout.cmd_socket))
+        vmm = vh.find_qemu(h.launcher.pid)
+        os.kill(owner, signal.SIGKILL)
+        code = await h.launcher.wait_exit(30)
+        assert code == 128 + signal.SIGKILL
+        assert not os.path.exists(f"/proc/{vmm}")
+
+    h.run(story())
