@@ -47,6 +47,7 @@ from ch_launcher.manager import CommandFailed, DomainManager
 
 if TYPE_CHECKING:  # imported when first needed: readiness must not wait for pydantic models
     from ch_launcher.convert import LauncherOptions
+    from ch_launcher.convert.topology import HostTopology
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,21 @@ def launcher_options(options: pb.VirtualMachineOptions) -> LauncherOptions:
         preallocated_volumes=tuple(options.PreallocatedVolumes),
         serial_console_log_disabled=options.clusterConfig.SerialConsoleLogDisabled,
         free_page_reporting_disabled=options.clusterConfig.FreePageReportingDisabled,
+        topology=host_topology(options.topology) if options.HasField("topology") else None,
     )
+
+
+def host_topology(topology: pb.Topology) -> HostTopology | None:
+    """virt-handler's node topology (cells, their CPUs with core siblings, distances); None
+    when it has no cell (then the launcher reads the host's own)."""
+    from ch_launcher.convert.topology import HostCell, HostCpu, HostTopology
+
+    cells = tuple(
+        HostCell(id=cell.id, cpus=tuple(HostCpu(cpu.id, tuple(cpu.siblings)) for cpu in cell.cpus),
+                 distances=tuple((d.id, d.value) for d in cell.distances))
+        for cell in topology.numa_cells
+    )
+    return HostTopology(cells) if cells else None
 
 
 def decode_vmi(payload: bytes) -> VirtualMachineInstance:

@@ -9,10 +9,10 @@ least 1. `maxSockets` adds hot-pluggable sockets: Cloud Hypervisor boots sockets
 vCPUs and allows up to maxSockets x cores x threads (`max_vcpus`; the topology product must equal
 `max_vcpus`, `vmm/src/config.rs@v53.0`).
 
-Pinning. `dedicatedCpuPlacement` pins vCPU i to the i-th CPU of the compute container's cpuset
-(`PodFacts.cpuset`), one host CPU per vCPU as KubeVirt does. At admission there is no pod: no
-pinning and no error. Whether dedicated CPUs are admitted at all is policy's decision (contract.md
-§7.7), not this module's.
+Pinning. `dedicatedCpuPlacement` places each vCPU on its own host CPU of the compute container's
+exclusive cpuset by KubeVirt's rules, and decides the emulator thread's CPUs, realtime vCPUs and
+the guest NUMA layout (`pinning`, imported only for these VMIs). At admission there is no pod:
+no pinning and no error.
 
 Cloud Hypervisor gives the guest the host CPU profile only, so `host-passthrough` and `host-model`
 are accepted and named models and explicit CPU features are not (cloud-hypervisor.md §8).
@@ -132,38 +132,23 @@ def _configure_cpus(t: Translation) -> None:
         topology=CpuTopology(threads_per_core=threads, cores_per_die=cores, dies_per_package=1,
                              packages=max_sockets),
     )
-    _configure_pinning(t, boot)
+    _configure_pinning(t, sockets, cores, threads)
 
 
-def _configure_pinning(t: Translation, boot_vcpus: int) -> None:
+def _configure_pinning(t: Translation, sockets: int, cores: int, threads: int) -> None:
     cpu = t.vmi.spec.domain.cpu
     if cpu is None:
         return
     base = "spec.domain.cpu"
-    if cpu.realtime is not None:
-        # virt-handler tunes realtime VMIs through the QEMU process and fails without one
-        # (contract.md §7.7: pkg/hypervisor/kvm/runtime.go@d923fdb815cd AdjustResources).
-        t.unsupported(f"{base}.realtime", f"{base}.realtime is not supported by the Cloud Hypervisor backend: "
-                      "virt-handler tunes realtime vCPUs through a QEMU process, which this backend does not run")
-    if cpu.numa is not None and cpu.numa.guestMappingPassthrough is not None:
-        t.warn(f"{base}.numa.guestMappingPassthrough", "the host NUMA layout is not mirrored: the guest sees one NUMA node")
     if not cpu.dedicatedCpuPlacement:
+        # KubeVirt's own webhook requires dedicatedCpuPlacement for both (vmi-create-admitter.go
+        # validateNUMA, validateCPURealtime); without it they have nothing to act on.
+        if cpu.isolateEmulatorThread:
+            t.warn(f"{base}.isolateEmulatorThread", "only meaningful with dedicatedCpuPlacement: ignored")
         return
-    if cpu.isolateEmulatorThread:
-        t.warn(f"{base}.isolateEmulatorThread", "the VMM's own threads are not pinned apart from the vCPUs")
-    pod = t.env.pod
-    if pod is None:
-        return  # admission: the cpuset is a fact of the pod, known only at launch
-    if not pod.cpuset:
-        t.warn(f"{base}.dedicatedCpuPlacement", "the pod's cpuset is unknown: vCPUs are not pinned")
-        return
-    if len(pod.cpuset) < boot_vcpus:
-        t.unsupported(f"{base}.dedicatedCpuPlacement",
-                      f"{base}.dedicatedCpuPlacement needs {boot_vcpus} dedicated CPUs, but the pod's cpuset has "
-                      f"only {len(pod.cpuset)} ({','.join(map(str, pod.cpuset))})", "FieldValueInvalid")
-        return
-    assert t.config.cpus is not None
-    t.config.cpus.affinity = [CpuAffinity(vcpu=i, host_cpus=[pod.cpuset[i]]) for i in range(boot_vcpus)]
+    from ch_launcher.convert.pinning import configure_dedicated_cpus  # dedicated-CPU VMIs only
+
+    configure_dedicated_cpus(t, sockets, cores, threads)
 
 
 def _check_cpu_model_and_features(t: Translation) -> None:

@@ -12,9 +12,11 @@ reasons is the README feature table):
   pod (`<share-dir>/virtiofs-containers/<name>.sock`, `pkg/virtiofs/virtiofs.go@d923fdb815cd`),
   tag = name (at most 36 characters, what a virtio-fs tag holds), one queue of 1024 as upstream;
   needs shared memory; a bounded wait for the socket.
-- `hostDevices`, `gpus` -> VFIO devices from the device plugins' `PCI_RESOURCE_*` (or
-  `MDEV_PCI_RESOURCE_*`) variables (`vfio`); USB host devices are unsupported (no USB). `policy`
-  refuses VFIO (virt-handler needs a QEMU process for it); the translation stays tested.
+- `hostDevices`, `gpus` -> VFIO devices (`devices`, by sysfs path) from the device plugins'
+  `PCI_RESOURCE_*` (or `MDEV_PCI_RESOURCE_*`) variables (`vfio`), each checked before boot
+  (`RequireVfioDevice`); the VMM must be able to lock guest memory (`convert/runtime.py`). USB
+  host devices are unsupported (no USB); at admission a resource's kind is unknown, so
+  `hostDevices` get a warning saying so.
 - `watchdog.i6300esb` -> CH's virtio-watchdog (it resets the guest), degraded: the guest needs a
   virtio watchdog driver; `diag288` (s390x) is unsupported.
 - `panicDevices`: `pvpanic` -> CH's PCI pvpanic; `isa` -> the same, degraded; `hyperv` unsupported.
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 from ch_launcher.ch.vmconfig import FsConfig, RngConfig, VsockConfig
 from ch_launcher.convert.context import Translation
-from ch_launcher.convert.plan import WaitForSocket
+from ch_launcher.convert.plan import RequireVfioDevice, WaitForSocket
 from ch_launcher.convert.vfio import DevicePluginPools, VfioError
 from ch_launcher.kubevirt.vmi import DNS1123_LABEL_RULE, is_dns1123_label
 
@@ -137,13 +139,19 @@ def _host_devices(t: Translation) -> None:
             t.unsupported(f"{path}.deviceName", f"{path}.deviceName is required", "FieldValueRequired")
             continue
         if pools is None:
-            continue  # admission: the device plugin allocates with the pod
+            if prefix == HOSTDEVICE_ALIAS_PREFIX:  # admission: the device plugin allocates with the pod
+                t.warn(path, f"{resource} must be a PCI or mediated device: a USB one fails the start (Cloud "
+                       "Hypervisor has no USB)")
+            continue
         try:
             device = pools.device_for(resource, prefix + name)
         except VfioError as e:
             t.unsupported(f"{path}.deviceName", f"{path}.deviceName: {e}", "FieldValueNotFound")
             continue
         t.config.devices = [*(t.config.devices or []), device]
+        kind = "GPU" if prefix == GPU_ALIAS_PREFIX else "host device"
+        t.steps.append(RequireVfioDevice(field=path, sysfs_path=device.path, what=f"{kind} {name} ({resource})",
+                                         root=pod.host_root if pod is not None else ""))
 
 
 def _watchdog(t: Translation) -> None:

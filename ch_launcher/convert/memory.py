@@ -21,12 +21,15 @@ never inflates by itself (`size: 0`); it is there for free page reporting, which
 guest freed back to the node: the density the add-on is for. Free page reporting follows
 KubeVirt's rule (`isFreePageReportingEnabled`, `pkg/virt-launcher/virtwrap/manager.go
 @d923fdb815cd`): off when the cluster disables it, for high-performance VMIs (dedicated CPUs,
-realtime, hugepages) and with the `kubevirt.io/free-page-reporting-disabled: "true"` annotation.
+realtime, hugepages) and with the `kubevirt.io/free-page-reporting-disabled: "true"` annotation;
+and, unlike KubeVirt's rule but like QEMU's behaviour, off for VMIs with VFIO devices (see `_balloon`).
+
+NUMA passthrough: guest NUMA nodes with hugepage memory zones bound to host nodes (`_numa_zones`).
 """
 
 from __future__ import annotations
 
-from ch_launcher.ch.vmconfig import BalloonConfig, MemoryConfig
+from ch_launcher.ch.vmconfig import BalloonConfig, MemoryConfig, MemoryZoneConfig, NumaConfig, NumaDistance
 from ch_launcher.convert.context import Translation
 from ch_launcher.convert.errors import UnsupportedFeature
 from ch_launcher.kubevirt.quantity import MiB, format_bytes, quantity_bytes
@@ -118,18 +121,52 @@ def configure_memory(t: Translation) -> None:
     if mem is not None and mem.reservedOverhead is not None and mem.reservedOverhead.addedOverhead is not None:
         # read by the admission webhook's overhead calculator
         t.quantity("spec.domain.memory.reservedOverhead.addedOverhead", mem.reservedOverhead.addedOverhead)
-    if mem is not None and mem.reservedOverhead is not None and mem.reservedOverhead.memLock == "Required":
-        # virt-handler raises memlock through a virtqemud/QEMU child and fails without one
-        # (contract.md §7.7, pkg/hypervisor/kvm/runtime.go@d923fdb815cd AdjustResources).
-        path = "spec.domain.memory.reservedOverhead.memLock"
-        t.unsupported(path, f"{path} 'Required' is not supported by the Cloud Hypervisor backend: virt-handler "
-                      "adjusts the memlock limit of a QEMU process, which this backend does not run")
+    # memLock: Required needs nothing in the config: the VMM inherits the limit virt-handler
+    # raises (convert/runtime.py, docs/process-model.md).
+    if t.guest_numa:
+        if not _numa_zones(t, config, size, page):
+            return
     if t.shared_memory_reasons and not page:
         # Hugepages are already mapped shared; otherwise vhost-user and virtio-fs back-ends
         # need guest RAM in a shared memfd (cloud-hypervisor.md §7.2).
         config.shared = True
     t.config.memory = config
     _balloon(t, bool(page))
+
+
+def _numa_zones(t: Translation, config: MemoryConfig, size: int, page: int) -> bool:
+    """Guest NUMA nodes of `numa.guestMappingPassthrough` (compute decided their vCPUs): guest
+    memory split over them in whole hugepages as KubeVirt splits it (`numaMapping`, kubevirt
+    pkg/virt-launcher/virtwrap/converter/vcpu/vcpu.go@d923fdb815cd: an equal share, the first
+    cells one page more for the remainder), each a memory zone bound to its host node. Cloud
+    Hypervisor then wants `memory.size` 0 (vmm/src/memory_manager.rs@v53.0); hot-pluggable
+    memory goes to the first zone. False after reporting a problem."""
+    path = "spec.domain.cpu.numa.guestMappingPassthrough"
+    if not page:
+        t.unsupported(path, "passing through a numa topology is restricted to VMIs with hugepages enabled",
+                      "FieldValueInvalid")
+        return False
+    cells = len(t.guest_numa)
+    if size < cells * page:
+        t.unsupported(path, f"not enough memory requested to allocate at least one hugepage per numa node: "
+                      f"{format_bytes(size)} < {cells} x {format_bytes(page)}", "FieldValueInvalid")
+        return False
+    extra = size % (page * cells) // page
+    share = (size - extra * page) // cells
+    zones = []
+    for i, cell in enumerate(t.guest_numa):
+        zone = MemoryZoneConfig(id=f"numa{cell.guest_id}", size=share + (page if i < extra else 0), hugepages=True,
+                                hugepage_size=page, host_numa_node=cell.host_id)
+        zones.append(zone)
+    if config.hotplug_size:
+        zones[0].hotplug_size, config.hotplug_size = config.hotplug_size, None
+    config.size = 0
+    config.hugepages = config.hugepage_size = None
+    config.zones = zones
+    t.config.numa = [NumaConfig(guest_numa_id=cell.guest_id, cpus=list(cell.vcpus), memory_zones=[zone.id],
+                                distances=[NumaDistance(destination=d, distance=v) for d, v in cell.distances] or None)
+                     for cell, zone in zip(t.guest_numa, zones)]
+    return True
 
 
 def _hugepages(t: Translation, config: MemoryConfig) -> int:
@@ -179,7 +216,13 @@ def _balloon(t: Translation, hugepages: bool) -> None:
         return
     cpu = vmi.spec.domain.cpu
     high_performance = hugepages or (cpu is not None and (cpu.dedicatedCpuPlacement or cpu.realtime is not None))
-    reporting = not (t.options.free_page_reporting_disabled or high_performance
+    # VFIO pins guest RAM for DMA; a page the balloon gives back (MADV_DONTNEED, cloud-hypervisor
+    # virtio-devices/src/balloon.rs@v53.0) would stay mapped for the device while the guest gets a
+    # fresh one. QEMU refuses discards while VFIO is in use (ram_block_discard_disable); Cloud
+    # Hypervisor does not, so the launcher never asks for them.
+    devices = vmi.spec.domain.devices
+    vfio = bool(devices.gpus or devices.hostDevices or any(i.sriov is not None for i in devices.interfaces))
+    reporting = not (t.options.free_page_reporting_disabled or high_performance or vfio
                      or vmi.metadata.annotations.get(FREE_PAGE_REPORTING_DISABLED_ANNOTATION) == "true")
     # deflate_on_oom: should anyone inflate the balloon, the guest takes memory back before it
     # OOM-kills a process.

@@ -8,8 +8,7 @@ What each binding becomes on Cloud Hypervisor (decisions in the README feature t
   guest), and a DHCP server on the in-pod bridge (`Plan.dhcp`) as virt-launcher runs it
   (`pkg/network/setup/launcher/configurator.go@d923fdb815cd`).
 - `sriov`: a VFIO device at the VF's sysfs path; the PCI address comes from the pod's
-  network-info file as upstream reads it (`netinfo`). virt-handler itself rejects VFIO for a
-  non-QEMU launcher, so `policy` refuses these VMIs; the translation is kept for when it can run.
+  network-info file as upstream reads it (`netinfo`), checked before boot (`RequireVfioDevice`).
 - a binding plugin (`binding: {name}`): with `domainAttachmentType: managedTap` virt-handler makes
   a bridge and tap like `bridge` binding (no DHCP, as upstream); a plugin that hands the pod a
   vhost-user socket through `downwardAPI: device-info` (the `vhostuser` binding) becomes a
@@ -33,7 +32,7 @@ from ch_launcher.ch.vmconfig import DeviceConfig, NetConfig
 from ch_launcher.convert import podnet
 from ch_launcher.convert.context import Translation
 from ch_launcher.convert.netinfo import DeviceInfo, NetworkInfoError, parse_network_info
-from ch_launcher.convert.plan import DhcpOptions, DhcpSpec
+from ch_launcher.convert.plan import DhcpOptions, DhcpSpec, RequireVfioDevice
 from ch_launcher.convert.vfio import VfioError, pci_sysfs_path
 from ch_launcher.convert.vhostuser import VHOSTUSER_BINDING, vhost_user_interface
 from ch_launcher.kubevirt.domain import DomainInterface
@@ -311,6 +310,8 @@ def _sriov_interface(t: Translation, path: str, iface: Interface, net: Network, 
         t.unsupported(path, f"{path}: network-info of '{iface.name}': {e}", "FieldValueInvalid")
         return
     t.config.devices = [*(t.config.devices or []), device]
+    t.steps.append(RequireVfioDevice(field=path, sysfs_path=device.path, what=f"SR-IOV VF of interface {iface.name}",
+                                     root=t.env.pod.host_root if t.env.pod is not None else ""))
 
 
 def _plugin_interface(t: Translation, i: int, path: str, iface: Interface, net_index: int, net: Network,

@@ -5,14 +5,12 @@ in the compute container. A VMI that uses one must be refused here, or virt-hand
 its reconcile (or the feature would silently not work) after admission. Read upstream at
 `kubevirt/kubevirt @d923fdb815cd`:
 
-- `pkg/hypervisor/kvm/runtime.go` (`AdjustResources`): for VMIs with VFIO devices (`hostDevices`,
-  `gpus`, `sriov` interfaces, `vmitrait.HasVFIO`), realtime, SEV/SNP (`util.IsSEVVMI`) or
-  `reservedOverhead.memLock: Required`, once the VMI runs virt-handler looks for a child process
-  named `qemu-system*`/`qemu-kvm` to raise its memlock limit and fails
-  `no QEMU process found under process <pid> child processes` without one.
-- same file (`HandleHousekeeping`): for `dedicatedCpuPlacement` on a VMI not yet running it looks
-  for the QEMU process (and its `kvm-pit` thread) and fails without one.
-  Making either work would mean disguising the VMM as QEMU, which we do not do.
+- `pkg/hypervisor/kvm/runtime.go` (`AdjustResources`, `HandleHousekeeping`): for VMIs with VFIO
+  devices, realtime, SEV or `memLock: Required`, and for dedicated CPUs, virt-handler looks for a
+  `virtqemud` child of the launcher and a `qemu-system*` child of the launcher's parent. The
+  launcher's process model provides both (docs/process-model.md, `convert/runtime.py`), and the
+  launcher fails the Sync with the reason when its pod does not; nothing to refuse here. (SEV is
+  refused by `compute`: no confidential-guest support in this backend.)
 - probes (`pkg/virt-controller/services/rendercontainer.go`, `cmd/virt-probe`): `exec` and
   `guestAgentPing` probes run `virt-probe`, which calls the launcher's `Exec`/`GuestPing`, both
   of which need the QEMU guest agent on a virtio-serial channel that Cloud Hypervisor does not
@@ -35,8 +33,6 @@ its reconcile (or the feature would silently not work) after admission. Read ups
   `vm.boot`, before announcing it: admitted with a warning that the guest's first instructions
   run before the pause.
 
-`VFIO_ALLOWED` is the one switch that lifts the VFIO refusal once virt-handler accepts a non-QEMU
-runtime (`network` and `devices` already translate VFIO devices).
 """
 
 from __future__ import annotations
@@ -45,12 +41,10 @@ from ch_launcher.ch.vmconfig import VmConfig
 from ch_launcher.convert.context import Translation
 from ch_launcher.convert.migration import blockers_text
 
-VFIO_ALLOWED = False
 # One PCI segment has 32 device slots and slot 0 is the host bridge (cloud-hypervisor
 # vmm/src/pci_segment.rs@v53.0); the launcher uses one segment (no `platform.num_pci_segments`).
 PCI_SLOTS = 31
 HOOK_SIDECARS_ANNOTATION = "hooks.kubevirt.io/hookSidecars"
-_QEMU_PROCESS = "virt-handler then looks for a QEMU process and fails without one"
 
 
 def configure_policy(t: Translation) -> None:
@@ -58,29 +52,6 @@ def configure_policy(t: Translation) -> None:
     refuse = _Refusals(t)
     spec = t.vmi.spec
     domain = spec.domain
-    if not VFIO_ALLOWED:
-        for i in range(len(domain.devices.gpus)):
-            refuse(f"spec.domain.devices.gpus[{i}]", f"GPU passthrough (VFIO): {_QEMU_PROCESS}")
-        for i in range(len(domain.devices.hostDevices)):
-            refuse(f"spec.domain.devices.hostDevices[{i}]", f"host device passthrough (VFIO): {_QEMU_PROCESS}")
-        for i, iface in enumerate(domain.devices.interfaces):
-            if iface.sriov is not None:
-                refuse(f"spec.domain.devices.interfaces[{i}].sriov", f"SR-IOV (VFIO): {_QEMU_PROCESS}")
-    cpu = domain.cpu
-    if cpu is not None and cpu.dedicatedCpuPlacement:
-        refuse("spec.domain.cpu.dedicatedCpuPlacement",
-                f"dedicated CPUs: virt-handler pins QEMU's threads; {_QEMU_PROCESS}")
-    if cpu is not None and cpu.realtime is not None:
-        refuse("spec.domain.cpu.realtime", f"realtime vCPUs: {_QEMU_PROCESS}")
-    security = domain.launchSecurity
-    if security is not None:
-        for kind in ("sev", "snp"):
-            if getattr(security, kind) is not None:
-                refuse(f"spec.domain.launchSecurity.{kind}", f"AMD {kind.upper()}: {_QEMU_PROCESS}")
-    memory = domain.memory
-    if memory is not None and memory.reservedOverhead is not None and memory.reservedOverhead.memLock == "Required":
-        refuse("spec.domain.memory.reservedOverhead.memLock", f"memLock Required: {_QEMU_PROCESS}")
-
     for name, probe in (("livenessProbe", spec.livenessProbe), ("readinessProbe", spec.readinessProbe)):
         if probe is None:
             continue

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ch_launcher.convert import PodFacts
+    from ch_launcher.convert.topology import HostTopology
 
 
 MADV_PAGEOUT = 21  # linux/mman.h (Linux 5.4+): reclaim these pages now
@@ -52,9 +53,10 @@ def release_memory(maps_path: str = "/proc/self/maps") -> int:
 
 
 def read_pod_facts(environ: Mapping[str, str] | None = None, sys_root: str = "/sys") -> PodFacts:
-    """What translation needs from the pod: environment, the container's cpuset, link MTUs and
-    MACs, and the network-info downward-API file (SR-IOV and vhost-user device info; its path
-    can be moved with env CH_NETWORK_INFO, for tests)."""
+    """What translation needs from the pod: environment, the container's cpuset and memory
+    nodes, the host's CPU topology, link MTUs and MACs, and the network-info downward-API file
+    (SR-IOV and vhost-user device info; its path can be moved with env CH_NETWORK_INFO, for
+    tests). Env CH_HOST_ROOT (tests) prefixes the host paths checked for VFIO devices."""
     from ch_launcher.convert import PodFacts
     from ch_launcher.convert.netinfo import NETWORK_INFO_PATH
     from ch_launcher.stats import parse_cpu_list
@@ -70,6 +72,14 @@ def read_pod_facts(environ: Mapping[str, str] | None = None, sys_root: str = "/s
     if not cpuset:
         with contextlib.suppress(AttributeError, OSError):
             cpuset = tuple(sorted(os.sched_getaffinity(0)))
+    memory_nodes: tuple[int, ...] = ()
+    for path in (f"{sys_root}/fs/cgroup/cpuset.mems.effective", f"{sys_root}/fs/cgroup/cpuset/cpuset.mems"):
+        try:
+            with open(path) as f:
+                memory_nodes = parse_cpu_list(f.read())
+            break
+        except (OSError, ValueError):
+            continue
     mtus: dict[str, int] = {}
     macs: dict[str, str] = {}
     with contextlib.suppress(OSError):
@@ -82,4 +92,39 @@ def read_pod_facts(environ: Mapping[str, str] | None = None, sys_root: str = "/s
     network_info = None
     with contextlib.suppress(OSError), open(pod_env.get("CH_NETWORK_INFO", NETWORK_INFO_PATH), errors="replace") as f:
         network_info = f.read()
-    return PodFacts(environ=pod_env, cpuset=cpuset, link_mtu=mtus, link_mac=macs, network_info=network_info)
+    return PodFacts(environ=pod_env, cpuset=cpuset, link_mtu=mtus, link_mac=macs, network_info=network_info,
+                    memory_nodes=memory_nodes, topology=read_host_topology(sys_root),
+                    host_root=pod_env.get("CH_HOST_ROOT", ""))
+
+
+def read_host_topology(sys_root: str = "/sys") -> HostTopology | None:
+    """NUMA cells (`devices/system/node/node<N>/cpulist`, `distance`) and each CPU's core
+    siblings (`devices/system/cpu/cpu<N>/topology/thread_siblings_list`); None if unreadable."""
+    from ch_launcher.convert.topology import HostCell, HostCpu, HostTopology
+    from ch_launcher.stats import parse_cpu_list
+
+    node_dir = f"{sys_root}/devices/system/node"
+    try:
+        nodes = sorted(int(n[4:]) for n in os.listdir(node_dir) if n.startswith("node") and n[4:].isdigit())
+    except OSError:
+        return None
+
+    def siblings(cpu: int) -> tuple[int, ...]:
+        try:
+            with open(f"{sys_root}/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
+                return parse_cpu_list(f.read())
+        except (OSError, ValueError):
+            return ()
+
+    cells = []
+    for node in nodes:
+        try:
+            with open(f"{node_dir}/node{node}/cpulist") as f:
+                cpus = parse_cpu_list(f.read())
+        except (OSError, ValueError):
+            return None
+        distances: tuple[tuple[int, int], ...] = ()
+        with contextlib.suppress(OSError, ValueError), open(f"{node_dir}/node{node}/distance") as f:
+            distances = tuple(zip(nodes, (int(d) for d in f.read().split()), strict=False))
+        cells.append(HostCell(node, tuple(HostCpu(c, siblings(c)) for c in cpus), distances))
+    return HostTopology(tuple(cells)) if cells else None

@@ -1,5 +1,5 @@
 """Executes a Plan's preparation steps (the only I/O of a translation): overlays, sparse images,
-ISOs, checks for files, waits for sockets. Never imported by admission.
+ISOs, checks for files and VFIO devices, waits for sockets. Never imported by admission.
 
 `execute(plan)` runs the steps in order and stops at the first failure with a
 `PreparationError(field, message)` naming the VMI field and the path. It is safe to run again
@@ -14,7 +14,8 @@ import time
 from collections.abc import Iterable
 
 from ch_launcher.convert.plan import (
-    BuildCloudInitIso, BuildIso, CreateOverlay, CreateSparseImage, Plan, RequireFile, Step, WaitForSocket,
+    BuildCloudInitIso, BuildIso, CreateOverlay, CreateSparseImage, Plan, RequireFile, RequireVfioDevice, Step,
+    WaitForSocket,
 )
 from ch_launcher.prepare.errors import PreparationError
 from ch_launcher.prepare.files import require_file, wait_for_socket
@@ -53,6 +54,10 @@ def _run(step: Step, deadline: float) -> None:
             require_file(step)
         elif isinstance(step, WaitForSocket):
             wait_for_socket(step, deadline)
+        elif isinstance(step, RequireVfioDevice):
+            from ch_launcher.prepare.vfio import require_vfio_device  # VFIO VMIs only
+
+            require_vfio_device(step)
         else:
             raise PreparationError(getattr(step, "field", ""), f"unknown preparation step {type(step).__name__}")
     except PreparationError as e:

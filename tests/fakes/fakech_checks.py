@@ -400,10 +400,25 @@ def _create_devices(config: dict[str, Any], fds: list[int]) -> None:
             raise DeviceError(*exc.chain) from None
     for fs in config.get("fs") or []:
         _backend(fs.get("socket"), "Cannot create virtio-fs device")
-    for dev in config.get("devices") or []:
+    _vfio_devices(config.get("devices") or [])
+
+
+def _vfio_devices(devices: list[dict[str, Any]]) -> None:
+    """VFIO devices in legacy container/group mode: the real VMM opens the container
+    `/dev/vfio/vfio` first (vmm/src/device_manager.rs@v53.0 create_vfio_ops, VfioContainer::new)
+    and says so when it is missing, as on a host without VFIO; then the device's sysfs path.
+    Host paths are under env FAKE_CH_HOST_ROOT (tests; default: the real ones)."""
+    if not devices:
+        return
+    root = os.environ.get("FAKE_CH_HOST_ROOT", "").rstrip("/")
+    if not os.path.exists(root + "/dev/vfio/vfio"):
+        missing = "No such file or directory (os error 2)"
+        raise DeviceError("Error from device manager", "Cannot create a VFIO device",
+                          f"failed to open /dev/vfio/vfio container: {missing}", missing)
+    for dev in devices:
         path = dev.get("path")
-        if path and not os.path.exists(path):
-            raise DeviceError("Error from device manager", "Failed to create VFIO device",
+        if path and not os.path.exists(root + path):
+            raise DeviceError("Error from device manager", "Cannot create a VFIO device",
                               f"No such file or directory: {path}")  # fmt: skip
 
 

@@ -111,7 +111,8 @@ def test_a_cpuset_smaller_than_the_vcpus_is_reported_at_launch() -> None:
     t = translation(vmi({"cpu": {"cores": 4, "dedicatedCpuPlacement": True}}), launcher_env(PodFacts(cpuset=(1, 2))))
     configure_compute(t)
     assert fields(t.problems) == ["spec.domain.cpu.dedicatedCpuPlacement"]
-    assert "needs 4 dedicated CPUs" in t.problems[0].message and "only 2 (1,2)" in t.problems[0].message
+    assert "not enough exclusive threads provided, could not fit 2 core(s)" in t.problems[0].message
+    assert "the pod's cpuset is 1,2, 4 vCPUs requested" in t.problems[0].message
 
 
 def test_dedicated_cpus_with_an_unknown_cpuset_are_a_warning() -> None:
@@ -120,14 +121,10 @@ def test_dedicated_cpus_with_an_unknown_cpuset_are_a_warning() -> None:
     assert fields(t.warnings) == ["spec.domain.cpu.dedicatedCpuPlacement"] and not t.problems
 
 
-def test_realtime_vcpus_are_refused() -> None:
-    assert "QEMU" in problem(run(vmi({"cpu": {"realtime": {}}})), "spec.domain.cpu.realtime").message
-
-
-def test_numa_passthrough_is_a_warning() -> None:
-    t = translation(vmi({"cpu": {"numa": {"guestMappingPassthrough": {}}}}))
+def test_an_isolated_emulator_thread_without_dedicated_cpus_is_a_warning() -> None:
+    t = translation(vmi({"cpu": {"isolateEmulatorThread": True}}))
     configure_compute(t)
-    assert fields(t.warnings) == ["spec.domain.cpu.numa.guestMappingPassthrough"]
+    assert fields(t.warnings) == ["spec.domain.cpu.isolateEmulatorThread"] and not t.problems
 
 
 def test_a_timezone_clock_is_refused() -> None:

@@ -127,6 +127,23 @@ def test_a_usb_host_device_is_refused_because_cloud_hypervisor_has_no_usb():
     assert "USB" in t.problems[0].message
 
 
+def test_each_vfio_device_is_checked_before_boot_for_its_field():
+    from ch_launcher.convert.plan import RequireVfioDevice
+
+    env = {"PCI_RESOURCE_NVIDIA_COM_GP102GL_TESLA_P40": "0000:65:00.0", "PCI_RESOURCE_INTEL_COM_QAT": "0000:01:00.1"}
+    t = run({**GPU, "hostDevices": [{"name": "q", "deviceName": "intel.com/qat"}]}, pod(environ=env))
+    checks = [s for s in t.steps if isinstance(s, RequireVfioDevice)]
+    assert [(s.field, s.sysfs_path) for s in checks] == [
+        (f"{D}.gpus[0]", "/sys/bus/pci/devices/0000:65:00.0/"), (f"{D}.hostDevices[0]", "/sys/bus/pci/devices/0000:01:00.1/")]
+    assert checks[0].what == "GPU gpu1 (nvidia.com/GP102GL_Tesla_P40)"
+
+
+def test_at_admission_a_host_device_is_warned_it_must_not_be_usb():
+    t = run({"hostDevices": [{"name": "usb", "deviceName": "kubevirt.io/storage"}]})
+    assert fields(t.warnings) == [f"{D}.hostDevices[0]"] and not t.problems
+    assert "kubevirt.io/storage must be a PCI or mediated device" in t.warnings[0].message
+
+
 def test_devices_from_dra_claims_are_refused():
     t = run({"gpus": [{"name": "g", "claimName": "c", "requestName": "r"}]})
     assert fields(t.problems) == [f"{D}.gpus[0].claimName"]

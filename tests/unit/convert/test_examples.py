@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from ch_launcher.convert import LauncherEnv, Verdict, check
+from ch_launcher.convert.plan import HostTuning
 from tests.conftest import KUBEVIRT_EXAMPLES, OPENAPI_SPEC, require_shared
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
@@ -94,6 +95,8 @@ def record(verdict: Verdict) -> dict[str, Any]:
                         for s in verdict.plan.steps]
         out["serial_socket"] = verdict.plan.serial_socket
         out["disks"] = [dataclasses.asdict(d) for d in verdict.plan.disks]
+        if verdict.plan.host != HostTuning():  # what the launcher does to the pod's processes
+            out["host"] = json.loads(json.dumps(dataclasses.asdict(verdict.plan.host)))
     return out
 
 

@@ -25,12 +25,12 @@ TABLE = {
     "vmi-multus-multiple-net": ([("default", "tap0"), ("ptp", "tape31d7ce2712")],
                                 [("masquerade", "eth0"), ("bridge", "pode31d7ce2712")], True, []),
     "vmi-multus-ptp": ([("ptp", "tape31d7ce2712")], [("bridge", "pode31d7ce2712")], True, []),
-    "vmi-sriov": (None, None, True, [f"{D}.interfaces[1].sriov"]),
-    "vmi-gpu": (None, None, True, [f"{D}.gpus[0]"]),
+    "vmi-sriov": ([("default", "tap0")], [("masquerade", "eth0")], True, []),  # the VF comes with the pod
+    "vmi-gpu": ([], [], True, []),
     "vmi-dra-pgpu": (None, None, False, [f"{D}.gpus[0].claimName"]),
-    "vmi-usb": (None, None, True, [f"{D}.hostDevices[0]"]),
+    "vmi-usb": ([], [], True, []),  # admitted with a warning: a USB device fails at launch
     "vmi-windows": (None, None, False, [f"{D}.interfaces[0].model"]),
-    "vmi-fedora-isolated": (None, None, False, ["spec.domain.cpu.dedicatedCpuPlacement"]),
+    "vmi-fedora-isolated": ([], [], True, []),
     "vmi-with-sidecar-hook": (None, None, False, ["metadata.annotations[hooks.kubevirt.io/hookSidecars]"]),
     "vmi-ephemeral": ([], [], False, []),
 }
@@ -79,10 +79,12 @@ def test_multus_example_in_its_pod_takes_pod_macs_and_mtus():
     assert [i.mtu for i in verdict.plan.interfaces] == [1450, 9000]
 
 
-def test_sriov_example_in_its_pod_translates_the_vf_but_policy_still_refuses_it():
+def test_sriov_example_in_its_pod_gets_the_vf_of_its_network_info():
     require_shared(KUBEVIRT_EXAMPLES)
     info = {"interfaces": [{"network": "sriov-net", "deviceInfo": {"type": "pci", "pci": {"pci-address": "0000:3b:02.1"}}}]}
     pod = PodFacts(network_info=json.dumps(info))
     verdict = check(BY_NAME["vmi-sriov"], LauncherEnv(pod=pod))
-    assert [p.field for p in verdict.problems] == [f"{D}.interfaces[1].sriov"]
-    assert "QEMU process" in verdict.problems[0].message
+    assert verdict.allowed, [p.message for p in verdict.problems]
+    assert [d.to_api() for d in verdict.plan.config.devices] == [
+        {"path": "/sys/bus/pci/devices/0000:3b:02.1/", "id": "sriov-sriov-net"}]
+    assert verdict.plan.host.finds_vmm and verdict.plan.host.lock_memory == 1024000000

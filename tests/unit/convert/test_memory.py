@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ch_launcher.convert import LauncherOptions
+from ch_launcher.convert import LauncherEnv, LauncherOptions
 from ch_launcher.convert.memory import NoMemoryRequested, configure_memory
 from tests.unit.convert.vmibuild import api, fields, problem, run, translation, vmi
 
@@ -122,9 +122,22 @@ def test_free_page_reporting_is_off_where_kubevirt_turns_it_off(case: str) -> No
     assert api(run(body, options=options))["balloon"]["free_page_reporting"] is False
 
 
-def test_required_memlock_is_refused() -> None:
-    problem(run(vmi({"memory": {"guest": "1Gi", "reservedOverhead": {"memLock": "Required"}}})),
-            "spec.domain.memory.reservedOverhead.memLock")
+def test_required_memlock_asks_the_vmm_to_be_able_to_lock_all_guest_memory() -> None:
+    verdict = run(vmi({"memory": {"guest": "1Gi", "maxGuest": "2Gi", "reservedOverhead": {"memLock": "Required"}}}))
+    assert verdict.allowed
+    assert verdict.plan.host.lock_memory == 2 << 30 and verdict.plan.host.finds_vmm
+
+
+@pytest.mark.parametrize("devices", [
+    {"gpus": [{"name": "g", "deviceName": "nvidia.com/T4"}]},
+    {"hostDevices": [{"name": "h", "deviceName": "intel.com/qat"}]},
+])
+def test_vfio_pins_guest_memory_so_the_balloon_never_reports_free_pages(devices: dict[str, Any]) -> None:
+    verdict = run(vmi({"devices": devices}), LauncherEnv())  # at admission: no pod, no device paths
+    assert verdict.plan.config.balloon.free_page_reporting is False
+    assert verdict.plan.host.lock_memory == 1 << 30
+    plain = run(vmi({}), LauncherEnv())
+    assert plain.plan.config.balloon.free_page_reporting is True and plain.plan.host.lock_memory == 0
 
 
 @pytest.mark.parametrize("value", [float("inf"), float("nan"), "9Ei", 1e300, "1e999999999", "1e999998"])
