@@ -99,6 +99,30 @@ CH_PER_VCPU = 4 * MiB
 # its devices (0 -> 8 idle disks moved the VMM's RSS by less than 0.4 MiB).
 CH_PER_DEVICE = 1 * MiB
 
+# The monitor (the compute container's command, which parents the launcher and the VMM) and the
+# `virtqemud` VMM spawner (the launcher's child whose memlock limit virt-handler raises): the
+# process model of docs/process-model.md. Each is a small `python -I -S` with only the standard
+# library; measured by bench/launcher.py after a Sync: monitor PSS 4.5 MiB (anonymous 4.3),
+# spawner 4.8 MiB (4.6), beside a bare `python -I -S` at 2.7 MiB (2.5) in the same run.
+# Their file pages are the launcher's (one interpreter, one image), charged to the pod once; what
+# each adds to the pod's memory cgroup is its anonymous memory: 5 MiB each = that + headroom.
+# They replace KubeVirt's virt-launcher-monitor (25 MiB) and virtqemud (40 MiB) rows.
+CH_MONITOR = 5 * MiB
+CH_SPAWNER = 5 * MiB
+
+# VFIO. KubeVirt adds 1 GiB for any VFIO device: libvirt sets QEMU's memlock limit to guest RAM +
+# 1 GiB ("VFIO requires all guest RAM to be locked in addition to MMIO memory space ... 1G is
+# often the size of reserved MMIO space on x86", hypervisorbackend.go), and KubeVirt sized the
+# pod by that limit. A lock limit is not memory the pod uses: the pinned pages are the guest's own
+# RAM, already in the pod's limit (they become resident at boot, and stay: no free page
+# reporting, convert/memory.py), and device BARs are mapped from the device, not from the pod's
+# memory. What VFIO does add in the pod's memory cgroup is the IOMMU's page tables for guest RAM
+# (kernel memory; 8 bytes per 4 KiB page when the IOMMU maps 4 KiB pages, i.e. RAM / 512, the
+# worst case, and far less with 2 MiB mappings) and, per device, the VMM's VFIO state (config
+# space shadow, MSI-X tables, region bookkeeping: CH_PER_DEVICE, *estimate*, not measurable on a
+# host without VFIO devices).
+CH_VFIO_PER_DEVICE = 1 * MiB
+
 # arm64: CH loads CLOUDHV_EFI.fd into a 4 MiB UEFI region at guest address 0
 # (UEFI_SIZE = 0x40_0000, cloud-hypervisor arch/src/aarch64/layout.rs@v53.0), instead of QEMU's
 # two 64 MiB pflash devices.
@@ -115,16 +139,16 @@ class Row:
 
 ROWS: tuple[Row, ...] = (
     Row("page_tables", "page tables (memory / 512)"),
-    Row("virt_launcher_monitor", "virt-launcher-monitor"),
+    Row("virt_launcher_monitor", "monitor (virt-launcher-monitor | ch-launcher's)"),
     Row("launcher", "launcher process (virt-launcher | ch-launcher)"),
     Row("virtlogd", "virtlogd"),
-    Row("virtqemud", "virtqemud"),
+    Row("virtqemud", "virtqemud (libvirt's | the VMM spawner)"),
     Row("vmm", "VMM process (qemu | cloud-hypervisor)"),
     Row("vcpus", "per vCPU"),
     Row("io", "I/O threads (IOThread | per virtio device)"),
     Row("video", "video RAM"),
     Row("arm64_firmware", "arm64 firmware (pflash | UEFI region)"),
-    Row("vfio", "VFIO (locked memory)"),
+    Row("vfio", "VFIO (lock allowance | IOMMU tables + per device)"),
     Row("downward_metrics", "downward metrics disk"),
     Row("probes", "exec probes (virt-probe)"),
     Row("sev", "SEV / SEV-ES / SEV-SNP"),
@@ -275,12 +299,36 @@ def _network(vmi: VirtualMachineInstance, bindings: Mapping[str, int]) -> tuple[
     return passt, plugins
 
 
+def vfio_devices(vmi: VirtualMachineInstance) -> int:
+    d = vmi.spec.domain.devices
+    return len(d.hostDevices) + len(d.gpus) + sum(1 for i in d.interfaces if i.sriov is not None)
+
+
+def guest_ram(vmi: VirtualMachineInstance) -> int:
+    """All the guest RAM the VM may map: its memory, or `maxGuest` when memory is hot-pluggable."""
+    memory = vmi.spec.domain.memory
+    size = memory_request(vmi)
+    if memory is not None and memory.guest is not None:
+        size = quantity_bytes(memory.guest)
+    if memory is not None and memory.maxGuest is not None:
+        size = max(size, quantity_bytes(memory.maxGuest))
+    return size
+
+
+def ch_vfio(vmi: VirtualMachineInstance) -> int:
+    """Cloud Hypervisor's VFIO term (see CH_VFIO_PER_DEVICE): IOMMU page tables for all guest RAM
+    at 4 KiB granularity, plus the VMM's state per device; 0 without VFIO devices."""
+    devices = vfio_devices(vmi)
+    return page_tables(guest_ram(vmi)) + CH_VFIO_PER_DEVICE * devices if devices else 0
+
+
 def _add_vmm_independent_terms(t: dict[str, int], vmi: VirtualMachineInstance, ratio: Decimal,
-                               bindings: Mapping[str, int] | None) -> None:
+                               bindings: Mapping[str, int] | None, vfio: int | None = None) -> None:
     """The rows both formulas share, in KubeVirt's order after the per-process terms: VFIO to
     reservedOverhead, then the ratio over everything so far (last in the backend), then the
-    network terms (added after the backend)."""
-    t["vfio"] = VFIO if _has_vfio(vmi) else 0
+    network terms (added after the backend). `vfio`: the formula's own VFIO term (KubeVirt's when
+    None)."""
+    t["vfio"] = (VFIO if _has_vfio(vmi) else 0) if vfio is None else vfio
     t["downward_metrics"] = DOWNWARD_METRICS if _has_downward_metrics(vmi) else 0
     t["probes"] = _probes(vmi)
     t["sev"] = SEV if _has_sev(vmi) else 0
@@ -321,17 +369,18 @@ def ch_overhead(vmi: VirtualMachineInstance, *, settings: CHSettings = CHSetting
     """The Cloud Hypervisor pod's overhead, row by row against `kubevirt_overhead()`.
 
     Kept from KubeVirt because they do not depend on the VMM: page tables (KVM's EPT/shadow
-    pages, kernel memory charged to the pod), VFIO locking (same vfio_iommu_type1 pinning),
-    the downward-metrics emptyDir, exec probes (virt-probe runs in `compute` either way), SEV,
+    pages, kernel memory charged to the pod), the downward-metrics emptyDir, exec probes (virt-probe runs in `compute` either way), SEV,
     swtpm (CH talks to the same swtpm over its socket), the dedicated-CPU/Guaranteed margin (a
     pod whose limit equals its request has no slack under any VMM; kept until measured), the
     user's reservedOverhead, the ratio (applied at the same point) and the network terms
     (passt and binding plugins run beside the VMM, whichever it is).
 
-    Dropped: virt-launcher-monitor, virtlogd and virtqemud do not run (ch-launcher is the
-    container's command and drives CH over its REST API); video RAM (CH has no display device).
+    Dropped: virtlogd does not run (CH writes its own log); video RAM (CH has no display device).
 
-    Replaced: virt-launcher by ch-launcher, QEMU by cloud-hypervisor, 8 MiB per vCPU by
+    Replaced: virt-launcher-monitor by ch-launcher's monitor and virtqemud by its VMM spawner
+    (CH_MONITOR, CH_SPAWNER: the process model virt-handler's runtime needs, docs/process-model.md),
+    KubeVirt's 1 GiB of VFIO lock allowance by what VFIO adds to the pod's memory (`ch_vfio`),
+    virt-launcher by ch-launcher, QEMU by cloud-hypervisor, 8 MiB per vCPU by
     CH_PER_VCPU, the IOThread by CH_PER_DEVICE per disk, interface and filesystem, and QEMU's
     arm64 pflash by CH's UEFI region.
 
@@ -345,16 +394,16 @@ def ch_overhead(vmi: VirtualMachineInstance, *, settings: CHSettings = CHSetting
     b = Breakdown("Cloud Hypervisor")
     t = b.terms
     t["page_tables"] = page_tables(memory_request(vmi))
-    t["virt_launcher_monitor"] = 0
+    t["virt_launcher_monitor"] = CH_MONITOR
     t["launcher"] = settings.launcher
     t["virtlogd"] = 0
-    t["virtqemud"] = 0
+    t["virtqemud"] = CH_SPAWNER
     t["vmm"] = settings.vmm
     t["vcpus"] = CH_PER_VCPU * vcpu_count(d.cpu, res.requests, res.limits)
     t["io"] = CH_PER_DEVICE * devices
     t["video"] = 0
     t["arm64_firmware"] = CH_ARM64_UEFI if arch == "arm64" else 0
-    _add_vmm_independent_terms(t, vmi, ratio, bindings)
+    _add_vmm_independent_terms(t, vmi, ratio, bindings, vfio=ch_vfio(vmi))
     return b
 
 

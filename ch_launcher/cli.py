@@ -37,6 +37,7 @@ from ch_launcher.kubevirt import paths
 
 if TYPE_CHECKING:  # imported at run time only when needed: --help and readiness stay fast
     from ch_launcher.ch.process import VmmSpawning
+    from ch_launcher.ch.spawner import Spawner
     from ch_launcher.manager import DomainManager
     from ch_launcher.monitor import MonitorLink
 
@@ -207,7 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "does not use; not waiting for them", settings.hook_sidecars)
     from ch_launcher import monitor
 
-    return monitor.run(lambda link: launch(settings, link))
+    return monitor.run(lambda link: launch(settings, link),
+                       log_context={"uid": settings.uid, "name": settings.name, "namespace": settings.namespace})
 
 
 def launch(settings: Settings, link: MonitorLink) -> int:
@@ -216,20 +218,26 @@ def launch(settings: Settings, link: MonitorLink) -> int:
     from ch_launcher.ch.exits import ExitReports
     from ch_launcher.ch.process import VmmSpawning
     from ch_launcher.ch.proctitle import set_cmdline, set_comm
-    from ch_launcher.ch.spawner import Spawner
+    from ch_launcher.ch.spawner import SpawnError, Spawner
 
     # The monitor keeps the full command line; this one says what it is (ps, kubevirt-probe).
     set_comm("ch-launcher")
     set_cmdline(f"ch-launcher: the launcher of {settings.namespace}/{settings.name} (monitor pid {link.monitor_pid})")
-    spawner = Spawner.start()
+    spawner: Spawner | None = None
+    spawning: VmmSpawning | None = None
     try:
+        spawner = Spawner.start()
         spawning = VmmSpawning(spawner=spawner, exits=ExitReports(link.exit_reports_fd),
                                monitor_pid=link.monitor_pid, subreaper=link.subreaper)
+    except SpawnError as e:  # VMIs virt-handler does not look into still run (procmodel says why)
+        log.error("%s: the VMM will be the launcher's own child", e)
+    try:
         return asyncio.run(run(settings, spawning))
     except KeyboardInterrupt:
         return 130
     finally:
-        spawner.close()
+        if spawner is not None:
+            spawner.close()
 
 
 async def run(settings: Settings, spawning: VmmSpawning | None = None) -> int:

@@ -68,7 +68,8 @@ _NO_BACKUP = f"backups (changed block tracking) are not supported by {_BACKEND}"
 NOT_SERVED: dict[str, tuple[type, str]] = {
     "FreezeVirtualMachine": (pb.Response, f"filesystem freeze needs a guest agent; {_NO_AGENT}"),
     "UnfreezeVirtualMachine": (pb.Response, f"filesystem thaw needs a guest agent; {_NO_AGENT}"),
-    "HotplugHostDevices": (pb.Response, f"host devices (VFIO, SR-IOV) are not supported by {_BACKEND}"),
+    "HotplugHostDevices": (pb.Response, f"hot-plugging host devices (SR-IOV interfaces added to a running VMI) "
+                                        f"is not supported by {_BACKEND}: they are passed at boot only"),
     "VirtualMachineMemoryDump": (pb.Response, "memory dumps are not supported: Cloud Hypervisor's vm.coredump "
                                               "exists only in guest_debug builds"),
     "GetSEVInfo": (pb.SEVInfoResponse, _NO_SEV),

@@ -182,6 +182,23 @@ class LauncherProcess:
         process), the launcher and its `virtqemud` spawner are not in this list."""
         return sorted(p for p in self.processes() if _comm(p).startswith(VMM_COMM_PREFIX))
 
+    def roles(self) -> dict[str, int | None]:
+        """The pod's processes by role (docs/process-model.md): `monitor` (the command's own
+        process), `launcher` (its child that serves launcher-sock), `spawner` (the launcher's
+        `virtqemud` child), `vmm` (the first VMM, if one runs); None where absent."""
+        found: dict[str, int | None] = {"monitor": self.pid if self.popen is not None else None,
+                                        "launcher": None, "spawner": None, "vmm": None}
+        for pid in self.processes():
+            comm, ppid = _comm(pid), _ppid(pid)
+            if ppid == self.pid and comm.startswith(VMM_COMM_PREFIX):
+                found["vmm"] = found["vmm"] or pid
+            elif ppid == self.pid:
+                found["launcher"] = pid
+        launcher = found["launcher"]
+        found["spawner"] = next((p for p in self.processes() if _ppid(p) == launcher and _comm(p) == "virtqemud"),
+                                None) if launcher is not None else None
+        return found
+
     def processes(self) -> list[int]:
         """PIDs of every process below the launcher command (launcher, spawner, VMMs)."""
         return sorted(_descendants(self.pid)) if self.popen is not None else []
@@ -238,6 +255,14 @@ def _comm(pid: int) -> str:
             return f.read().strip()
     except OSError:
         return ""
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _descendants(pid: int) -> set[int]:

@@ -14,17 +14,19 @@ Stories on the simulated VMM, with virt-handler's lookups as `kubevirt_runtime` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
-import shutil
 import signal
 import time
 
 import pytest
 
-from ch_launcher.demo import CommandError
+from demo import FAKE_CH, CommandError
 from tests.functional import kubevirt_runtime as vh
 from tests.functional.harness import Harness, make_vmi
+from tests.functional.pod_fixtures import real_vmm
+from tests.functional.pod_sandbox import api
 
 POD_UID = 107
 UNLIMITED = vh.can_raise_memlock_to_unlimited()
@@ -64,23 +66,16 @@ def _vmm(h: Harness) -> int | None:
 
 @pytest.fixture
 def harness():
+    """`harness(pod=None, kind="simulated", **kw)`: a Harness on the simulated VMM, or in the pod
+    sandbox `pod` (uid 107 with only NET_BIND_SERVICE, tests/functional/pod_sandbox.py) on the
+    VMM `kind` ("simulated" or "real")."""
     made: list[Harness] = []
 
-    def make(*, as_pod_user: bool = False, **kw) -> Harness:
-        if as_pod_user:
-            # The compute container of a non-root VMI: uid/gid 107 and, for these VMIs without a
-            # NIC, no capability at all (the launcher's DHCP server needs NET_BIND_SERVICE).
-            if os.getuid() != 0 or shutil.which("setpriv") is None:
-                pytest.fail("these stories run the launcher as uid 107: they need root and setpriv (util-linux)")
-            kw["wrapper"] = ["setpriv", f"--reuid={POD_UID}", f"--regid={POD_UID}", "--clear-groups",
-                             "--inh-caps=-all", "--bounding-set=-all"]
-            if not UNLIMITED:
-                kw["wrapper"] = ["prlimit", f"--memlock={START_SOFT}:{HARD}", *kw["wrapper"]]
+    def make(*, pod=None, kind: str = "simulated", **kw) -> Harness:
+        if pod is not None:
+            kw.update(pod=pod, real=real_vmm(pod) if kind == "real" else None)
         h = Harness(**kw)
         made.append(h)
-        if as_pod_user:
-            for path in [h.root, *h.root.rglob("*")]:
-                os.chown(path, POD_UID, POD_UID, follow_symlinks=False)
         return h
 
     yield make
@@ -88,8 +83,22 @@ def harness():
         h.close()
 
 
-def test_virt_handler_finds_the_launcher_its_virtqemud_and_the_vmm_where_it_looks(harness):
-    h = harness()
+@contextlib.contextmanager
+def soft_memlock(limit: int | None):
+    """Start what starts inside with a lower soft memlock limit (the hard one stays)."""
+    if limit is None:
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    resource.setrlimit(resource.RLIMIT_MEMLOCK, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (soft, hard))
+
+
+def test_virt_handler_finds_the_launcher_its_virtqemud_and_the_vmm_where_it_looks(harness, pod, vmm_kind):
+    h = harness(pod=pod, kind=vmm_kind)
 
     async def story():
         await h.start()
@@ -101,9 +110,13 @@ def test_virt_handler_finds_the_launcher_its_virtqemud_and_the_vmm_where_it_look
         vmm = await wait_for(lambda: _vmm(h), what="the VMM under the launcher's parent")
         assert vh.stat(vmm) == ("qemu-system-clo", parent)
         with open(f"/proc/{vmm}/cmdline", "rb") as f:
-            # the simulated VMM is a script: its interpreter gets the alias's path (the real
-            # binary's command line keeps its own path, test_runtime_probe.py)
-            assert f.read().split(b"\0")[1].endswith(b"/qemu-system-cloud-hypervisor")
+            argv = f.read().split(b"\0")
+        if h.ch_binary == str(FAKE_CH):
+            # a script: the kernel hands its interpreter the path executed, the alias's
+            assert argv[1].endswith(b"/qemu-system-cloud-hypervisor")
+        else:  # the real binary: ps shows its own path, /proc/<pid>/exe is the binary
+            assert argv[0] == os.path.realpath(h.ch_binary).encode()
+            assert os.readlink(f"/proc/{vmm}/exe") == os.path.realpath(h.ch_binary)
         await h.client.sync(h.vmi)
         await h.recorder.wait_for_status("Running", timeout=15)
         assert vh.find_qemu(parent) == vmm and vh.find_virtqemud(owner) == virtqemud
@@ -116,12 +129,13 @@ def test_virt_handler_finds_the_launcher_its_virtqemud_and_the_vmm_where_it_look
     h.run(story())
 
 
-def test_the_vmm_locks_guest_memory_with_the_limit_virt_handler_gave_virtqemud_before_the_sync(harness):
-    h = harness(vmi=memlock_vmi(), as_pod_user=True)
+def test_the_vmm_locks_guest_memory_with_the_limit_virt_handler_gave_virtqemud_before_the_sync(
+        harness, pod, vmm_kind):
+    h = harness(vmi=memlock_vmi(), pod=pod, kind=vmm_kind)
 
     async def story():
-        await h.start()
-        os.chown(h.layout.notify_socket, POD_UID, POD_UID)  # as virt-handler does for non-root VMIs
+        with soft_memlock(None if UNLIMITED else START_SOFT):
+            await h.start()
         owner, parent = vh.socket_owner(str(h.layout.cmd_socket))
         warm = await wait_for(lambda: _vmm(h), what="the VMM")
         assert int(vh.memlock(warm)[0]) < GUEST
@@ -137,11 +151,12 @@ def test_the_vmm_locks_guest_memory_with_the_limit_virt_handler_gave_virtqemud_b
     h.run(story())
 
 
-def test_without_the_raise_a_vmi_that_locks_memory_fails_its_sync_and_nothing_is_created(harness):
-    h = harness(vmi=memlock_vmi(), as_pod_user=True)
+def test_without_the_raise_a_vmi_that_locks_memory_fails_its_sync_and_nothing_is_created(harness, pod, vmm_kind):
+    h = harness(vmi=memlock_vmi(), pod=pod, kind=vmm_kind)
 
     async def story():
-        await h.start()
+        with soft_memlock(None if UNLIMITED else START_SOFT):
+            await h.start()
         await wait_for(lambda: _vmm(h), what="the VMM")
         with pytest.raises(CommandError) as e:
             await h.client.sync(h.vmi)
@@ -149,8 +164,12 @@ def test_without_the_raise_a_vmi_that_locks_memory_fails_its_sync_and_nothing_is
         assert f"may lock {_SOFT if UNLIMITED else START_SOFT} bytes" in message
         assert f"needs {GUEST} bytes of guest memory locked at boot" in message
         assert "virtqemud child before the first Sync" in message
-        assert h.requests("vm.create") == []  # no VM, not even a config
         assert (await h.client.get_domain()) is None
+        if h.ch_binary != str(FAKE_CH):
+            status, _ = api(h.layout.private_dir / "ch" / "api.sock", "GET", "vm.info")
+            assert status != 200  # the real VMM holds no VM
+        else:
+            assert h.requests("vm.create") == []  # no VM, not even a config
 
     h.run(story())
 

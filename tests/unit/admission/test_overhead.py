@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from admission.overhead import (
-    CH_LAUNCHER, KUBEVIRT_MAIN, KUBEVIRT_V1_9_0, ROW_KEYS, CHSettings, ch_overhead,
+    CH_LAUNCHER, CH_MONITOR, CH_SPAWNER, CH_VFIO_PER_DEVICE, KUBEVIRT_MAIN, KUBEVIRT_V1_9_0, ROW_KEYS, CHSettings, ch_overhead,
     kubevirt_constants_for, kubevirt_overhead, page_tables, vcpu_count,
 )
 from ch_launcher.kubevirt.quantity import GiB, MiB
@@ -62,14 +62,30 @@ def test_conditional_terms_are_shared_where_the_vmm_does_not_matter():
             livenessProbe={"exec": {"command": ["true"]}},
             volumes=[{"name": "m", "downwardMetrics": {}}])
     ch, kv = ch_overhead(v), kubevirt_overhead(v)
-    for key, value in (("vfio", GiB), ("tpm", 53 * MiB), ("reserved", 20 * MiB),
-                       ("probes", 110 * MiB), ("downward_metrics", MiB)):
+    for key, value in (("tpm", 53 * MiB), ("reserved", 20 * MiB), ("probes", 110 * MiB),
+                       ("downward_metrics", MiB)):
         assert ch[key] == kv[key] == value, key
+    assert kv["vfio"] == GiB
 
 
-def test_processes_that_do_not_run_under_cloud_hypervisor_cost_nothing():
+@pytest.mark.parametrize("devices, count", [
+    ({"gpus": [{"name": "g", "deviceName": "nvidia.com/T4"}]}, 1),
+    ({"hostDevices": [{"name": "a", "deviceName": "x"}, {"name": "b", "deviceName": "x"}]}, 2),
+    ({"interfaces": [{"name": "s", "sriov": {}}, {"name": "d", "masquerade": {}}]}, 1),
+])
+def test_vfio_costs_the_iommu_page_tables_of_guest_ram_and_a_little_per_device_not_kubevirts_gigabyte(devices, count):
+    v = vmi(domain={"devices": devices, "memory": {"guest": "4Gi"}})
+    assert ch_overhead(v)["vfio"] == page_tables(4 * GiB) + CH_VFIO_PER_DEVICE * count  # 8 MiB + 1 MiB each
+    assert kubevirt_overhead(v)["vfio"] == GiB
+    assert ch_overhead(vmi())["vfio"] == 0
+    hotplug = vmi(domain={"devices": devices, "memory": {"guest": "4Gi", "maxGuest": "8Gi"}})
+    assert ch_overhead(hotplug)["vfio"] == page_tables(8 * GiB) + CH_VFIO_PER_DEVICE * count
+
+
+def test_libvirts_processes_are_replaced_by_the_small_monitor_and_vmm_spawner_and_virtlogd_is_gone():
     ch = ch_overhead(vmi())
-    assert ch["virt_launcher_monitor"] == ch["virtlogd"] == ch["virtqemud"] == ch["video"] == 0
+    assert ch["virt_launcher_monitor"] == CH_MONITOR and ch["virtqemud"] == CH_SPAWNER
+    assert ch["virtlogd"] == ch["video"] == 0
     assert ch["launcher"] == CH_LAUNCHER
 
 
