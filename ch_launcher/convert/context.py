@@ -19,7 +19,7 @@ from ch_launcher.convert.topology import HostTopology
 from ch_launcher.convert.errors import Degradation, Reason, UnsupportedFeature, UnsupportedFeatures
 from ch_launcher.convert.plan import DhcpSpec, HostTuning, Step
 from ch_launcher.kubevirt import paths
-from ch_launcher.kubevirt.domain import DomainDisk, DomainInterface
+from ch_launcher.kubevirt.domain import DomainDisk, DomainHostDevice, DomainInterface
 from ch_launcher.kubevirt.quantity import parse_quantity
 from ch_launcher.kubevirt.vmi import Quantity, VirtualMachineInstance
 
@@ -102,6 +102,7 @@ class Translation:
         self.steps: list[Step] = []
         self.disks: list[DomainDisk] = []
         self.interfaces: list[DomainInterface] = []
+        self.host_devices: list[DomainHostDevice] = []
         self.problems: list[UnsupportedFeature] = []
         self.warnings: list[Degradation] = []
         self.shared_memory_reasons: list[str] = []  # devices that need memory.shared (or hugepages)

@@ -32,7 +32,7 @@ from __future__ import annotations
 from ch_launcher.ch.vmconfig import FsConfig, RngConfig, VsockConfig
 from ch_launcher.convert.context import Translation
 from ch_launcher.convert.plan import RequireVfioDevice, WaitForSocket
-from ch_launcher.convert.vfio import DevicePluginPools, VfioError
+from ch_launcher.convert.vfio import DevicePluginPools, VfioError, domain_host_device
 from ch_launcher.kubevirt.vmi import DNS1123_LABEL_RULE, is_dns1123_label
 
 VIRTIOFS_DIR = "virtiofs-containers"  # virtiofs.VirtioFSContainers, under the share dir
@@ -149,6 +149,7 @@ def _host_devices(t: Translation) -> None:
             t.unsupported(f"{path}.deviceName", f"{path}.deviceName: {e}", "FieldValueNotFound")
             continue
         t.config.devices = [*(t.config.devices or []), device]
+        t.host_devices.append(domain_host_device(device))
         kind = "GPU" if prefix == GPU_ALIAS_PREFIX else "host device"
         t.steps.append(RequireVfioDevice(field=path, sysfs_path=device.path, what=f"{kind} {name} ({resource})",
                                          root=pod.host_root if pod is not None else ""))

@@ -33,7 +33,7 @@ from ch_launcher.convert import podnet
 from ch_launcher.convert.context import Translation
 from ch_launcher.convert.netinfo import DeviceInfo, NetworkInfoError, parse_network_info
 from ch_launcher.convert.plan import DhcpOptions, DhcpSpec, RequireVfioDevice
-from ch_launcher.convert.vfio import VfioError, pci_sysfs_path
+from ch_launcher.convert.vfio import VfioError, domain_host_device, pci_sysfs_path
 from ch_launcher.convert.vhostuser import VHOSTUSER_BINDING, vhost_user_interface
 from ch_launcher.kubevirt.domain import DomainInterface
 from ch_launcher.kubevirt.vmi import DHCPOptions, Interface, Network
@@ -310,6 +310,7 @@ def _sriov_interface(t: Translation, path: str, iface: Interface, net: Network, 
         t.unsupported(path, f"{path}: network-info of '{iface.name}': {e}", "FieldValueInvalid")
         return
     t.config.devices = [*(t.config.devices or []), device]
+    t.host_devices.append(domain_host_device(device))
     t.steps.append(RequireVfioDevice(field=path, sysfs_path=device.path, what=f"SR-IOV VF of interface {iface.name}",
                                      root=t.env.pod.host_root if t.env.pod is not None else ""))
 

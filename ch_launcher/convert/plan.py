@@ -12,7 +12,7 @@ from typing import Any
 
 from ch_launcher.ch.vmconfig import VmConfig
 from ch_launcher.convert.errors import Degradation
-from ch_launcher.kubevirt.domain import DomainDisk, DomainInterface
+from ch_launcher.kubevirt.domain import DomainDisk, DomainHostDevice, DomainInterface
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,7 @@ class Plan:
     warnings: list[Degradation] = field(default_factory=list)
     disks: list[DomainDisk] = field(default_factory=list)
     interfaces: list[DomainInterface] = field(default_factory=list)
+    host_devices: list[DomainHostDevice] = field(default_factory=list)  # VFIO devices, for the Domain
     serial_socket: str | None = None  # where the VMM's serial console listens, if anywhere
     dhcp: list[DhcpSpec] = field(default_factory=list)  # servers to run before the guest boots
     hotplug_disks: set[str] = field(default_factory=set)  # disk names of hotplugged volumes

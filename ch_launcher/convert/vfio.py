@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from ch_launcher.ch.vmconfig import DeviceConfig
+from ch_launcher.kubevirt.domain import DomainHostDevice
 
 PCI_RESOURCE_PREFIX = "PCI_RESOURCE"
 MDEV_RESOURCE_PREFIX = "MDEV_PCI_RESOURCE"
@@ -52,6 +53,14 @@ def mdev_sysfs_path(uuid: str) -> str:
     if not _UUID.match(uuid.strip()):
         raise VfioError(f"{uuid!r} is not a mediated-device UUID")
     return f"/sys/bus/mdev/devices/{uuid.strip().lower()}/"
+
+
+def domain_host_device(device: DeviceConfig) -> DomainHostDevice:
+    """The Domain's view of a VFIO device this module made (its id is the user alias)."""
+    name = device.path.rstrip("/").rsplit("/", 1)[-1]
+    if "/bus/mdev/" in device.path:
+        return DomainHostDevice(alias=device.id or "", mdev_uuid=name)
+    return DomainHostDevice(alias=device.id or "", pci_address=name)
 
 
 class AddressPool:

@@ -175,6 +175,20 @@ class DomainInterface:
     link_state: str = ""  # "" = not stated (virt-handler reads it as up); "up" | "down"
 
 
+@dataclass(frozen=True)
+class DomainHostDevice:
+    """One VFIO device as `Spec.Devices.HostDevices[]` shows it, as virt-launcher writes it
+    (kubevirt pkg/virt-launcher/virtwrap/device/hostdevice/hostdev.go@d923fdb815cd): a PCI
+    device by its host address (`managed: no`), a mediated device by its UUID (`mode:
+    subsystem`, `model: vfio-pci`). `alias` is the user alias: `sriov-<iface>`, `gpu-<name>`,
+    `hostdevice-<name>`; virt-handler reads the `sriov-` ones as the VMI's SR-IOV interfaces
+    (pkg/network/setup/netstat.go `sriovIfacesStatusFromDomainHostDevices`)."""
+
+    alias: str
+    pci_address: str = ""  # dddd:bb:dd.f
+    mdev_uuid: str = ""
+
+
 def _host_arch() -> str:
     machine = platform.machine()
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine) or "x86_64"
@@ -209,6 +223,7 @@ class DomainView:
     current_memory_bytes: int | None = None  # None: same as memory_bytes
     disks: tuple[DomainDisk, ...] = ()
     interfaces: tuple[DomainInterface, ...] = ()
+    host_devices: tuple[DomainHostDevice, ...] = ()
     acpi: bool = True
     uuid: str = ""
     machine: str = ""  # Spec.OS.Type.Machine -> vmi.status.machine.type
@@ -354,14 +369,46 @@ def _interface(i: DomainInterface, index: int) -> dict[str, Any]:
     }
 
 
+def _address(**fields: str) -> dict[str, str]:
+    keys = ("Type", "Domain", "Bus", "Slot", "Function", "Controller", "Target", "Unit", "UUID", "Device",
+            "CSSID", "SSID", "DevNo")
+    return {k: fields.get(k, "") for k in keys}
+
+
+def _host_device(h: DomainHostDevice) -> dict[str, Any]:
+    if h.mdev_uuid:
+        source, kind, mode, model, managed = _address(UUID=h.mdev_uuid), "mdev", "subsystem", "vfio-pci", ""
+    else:
+        domain, bus, rest = h.pci_address.split(":")
+        slot, function = rest.split(".")
+        source = _address(Type="pci", Domain=f"0x{domain}", Bus=f"0x{bus}", Slot=f"0x{slot}", Function=f"0x{function}")
+        kind, mode, model, managed = "pci", "", "", "no"
+    return {
+        "XMLName": _xml_name("hostdev"),
+        "Source": {"Address": source},
+        "Type": kind,
+        "BootOrder": None,
+        "Managed": managed,
+        "Mode": mode,
+        "Model": model,
+        "Address": None,
+        "Alias": _alias(h.alias),
+        "Display": "",
+        "RamFB": "",
+        "Driver": None,
+        "ACPI": None,
+    }
+
+
 def _devices(view: DomainView) -> dict[str, Any]:
     interfaces = [_interface(i, n) for n, i in enumerate(view.interfaces)]
+    host_devices = [_host_device(h) for h in view.host_devices]
     disks = [_disk(d, n) for n, d in enumerate(view.disks)]
     return {
         "Emulator": "",
         "Interfaces": interfaces or None,
         "Channels": None,  # no guest agent channel: Cloud Hypervisor has no virtio-serial ports
-        "HostDevices": None,
+        "HostDevices": host_devices or None,
         "PanicDevices": [{"Model": m} for m in view.panic_models] or None,
         "Controllers": None,
         "Video": None,

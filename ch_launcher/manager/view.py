@@ -37,7 +37,8 @@ def domain_view(vmi: VirtualMachineInstance, plan: Plan, status: LifeCycle, reas
         sockets=sockets, cores=cores, threads=threads, vcpus=max_vcpus,
         vcpu_slots=vcpu_slots(vmi, vcpus, max_vcpus, cores * threads), memory_bytes=memory,
         current_memory_bytes=current_memory,
-        disks=tuple(plan.disks), interfaces=tuple(plan.interfaces), acpi=acpi_enabled(vmi),
+        disks=tuple(plan.disks), interfaces=tuple(plan.interfaces), host_devices=tuple(plan.host_devices),
+        acpi=acpi_enabled(vmi),
         uuid=vm_uuid(plan, vmi), machine=vmi.spec.domain.machine.type if vmi.spec.domain.machine else "",
         loader=(payload.firmware or "") if payload and bootloader is not None and bootloader.efi is not None else "",
         kernel=(payload.kernel or "") if payload else "", initrd=(payload.initramfs or "") if payload else "",
@@ -60,9 +61,11 @@ def vcpu_slots(vmi: VirtualMachineInstance, enabled: int, maximum: int, per_sock
 
 
 def vm_size(plan: Plan) -> tuple[int, int]:
-    """The VM's boot (current) vCPUs and memory in bytes, as its VmConfig says (1 and 0 when unset)."""
+    """The VM's boot (current) vCPUs and memory in bytes, as its VmConfig says (1 and 0 when unset);
+    with memory zones (NUMA passthrough) the memory is theirs."""
     cfg = plan.config
-    return (cfg.cpus.boot_vcpus if cfg.cpus else 1), (cfg.memory.size if cfg.memory else 0)
+    memory = 0 if cfg.memory is None else cfg.memory.size + sum(z.size for z in cfg.memory.zones or ())
+    return (cfg.cpus.boot_vcpus if cfg.cpus else 1), memory
 
 
 def refuse_hotplug(booted: VirtualMachineInstance, vmi: VirtualMachineInstance) -> None:

@@ -386,3 +386,21 @@ def test_any_domain_decodes_cleanly_in_go_and_is_nil_safe(view: DomainView) -> N
     doc = json.loads(domain_json(view))
     assert go_decode(doc, go_schema()) == []
     assert nil_safety_violations(doc, view.uid) == []
+
+
+def test_vfio_devices_are_host_devices_as_virt_launcher_writes_them() -> None:
+    from ch_launcher.kubevirt.domain import DomainHostDevice
+
+    view = example_view(LifeCycle.RUNNING, Reason.UNKNOWN, host_devices=(
+        DomainHostDevice(alias="sriov-sriov-net", pci_address="0000:3b:02.1"),
+        DomainHostDevice(alias="gpu-vgpu", mdev_uuid="4b20d080-1b54-4048-85b3-a6a62d165c01")))
+    pci, mdev = domain_dict(view)["Spec"]["Devices"]["HostDevices"]
+    # hostdev.go createPCIHostDevice / createMDEVHostDevice; device.NewPciAddressField
+    assert (pci["Type"], pci["Managed"], pci["Alias"]) == ("pci", "no", {"Name": "sriov-sriov-net", "UserDefined": True})
+    assert {k: v for k, v in pci["Source"]["Address"].items() if v} == {
+        "Type": "pci", "Domain": "0x0000", "Bus": "0x3b", "Slot": "0x02", "Function": "0x1"}
+    assert (mdev["Type"], mdev["Mode"], mdev["Model"]) == ("mdev", "subsystem", "vfio-pci")
+    assert mdev["Source"]["Address"]["UUID"] == "4b20d080-1b54-4048-85b3-a6a62d165c01"
+    # every field of api.HostDevice (pkg/virt-launcher/virtwrap/api/schema.go@d923fdb815cd), no other
+    assert set(pci) == {"XMLName", "Source", "Type", "BootOrder", "Managed", "Mode", "Model", "Address", "Alias",
+                        "Display", "RamFB", "Driver", "ACPI"}
