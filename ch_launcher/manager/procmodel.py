@@ -9,6 +9,9 @@ pkg/hypervisor/kvm/runtime.go). It runs when a VMM has started, so a broken envi
 known before any VMI needs it; a Sync of a VMI that needs the model then fails with the reason
 (`HostTuning.finds_vmm`) before anything of the VM is created.
 
+The pids are this process's view (its PID namespace, read in its /proc); in a pod that is the
+container's own. virt-handler sees the same tree under the host's pids.
+
 `lock_problem` checks that the VMM may pin `lock_memory` bytes (CAP_IPC_LOCK or its memlock
 limit). The limit is inherited: virt-handler raises the spawner's before the first Sync, and a
 VMM started after that inherits it. A VMM started before (the one the launcher starts at
@@ -39,8 +42,8 @@ def model_problem(spawning: VmmSpawning | None, vmm_pid: int) -> str | None:
     if not spawning.subreaper:
         return (f"the monitor (pid {spawning.monitor_pid}) could not become a child subreaper, so the VMM is "
                 "not reparented to it")
-    if procinfo.parent(me) != spawning.monitor_pid:
-        return f"the launcher's parent is pid {procinfo.parent(me)}, not the monitor (pid {spawning.monitor_pid})"
+    if os.getppid() != spawning.monitor_pid:
+        return f"the launcher's parent is pid {os.getppid()}, not the monitor (pid {spawning.monitor_pid})"
     spawner = spawning.spawner.pid
     if procinfo.comm(spawner) != SPAWNER_NAME or procinfo.parent(spawner) != me:
         return (f"the launcher's child {spawner} is named {procinfo.comm(spawner)!r} (parent "

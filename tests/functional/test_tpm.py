@@ -33,7 +33,7 @@ def state_dir(vh: Harness) -> Path:
 
 def swtpm_children(vh: Harness) -> list[int]:
     found = []
-    for pid in vh.launcher.children() if vh.launcher else []:
+    for pid in vh.launcher.processes() if vh.launcher else []:
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
