@@ -26,7 +26,7 @@ from demo import FAKE_CH, CommandError
 from tests.functional import kubevirt_runtime as vh
 from tests.functional.harness import Harness, make_vmi
 from tests.functional.pod_fixtures import real_vmm
-from tests.functional.pod_sandbox import api
+from tests.functional.pod_probes import api
 
 POD_UID = 107
 UNLIMITED = vh.can_raise_memlock_to_unlimited()

@@ -20,7 +20,7 @@ from demo import FAKE_CH, CommandError
 from tests.functional import kubevirt_runtime as vh
 from tests.functional.harness import Harness, make_vmi
 from tests.functional.pod_fixtures import real_vmm, vmm_info
-from tests.functional.pod_sandbox import api
+from tests.functional.pod_probes import api
 from tests.functional.test_process_model import GUEST, START_SOFT, UNLIMITED, soft_memlock, wait_for
 
 BDF = "0000:65:00.0"
