@@ -13,16 +13,13 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
-import shutil
-import tempfile
 
 import pytest
 
 from demo import FAKE_CH
 from tests.functional import kubevirt_runtime as vh
 from tests.functional.harness import Harness, RealVmm, make_vmi
-from tests.functional.pod_fixtures import real_binary, real_vmm, real_vmm_reason, vmm_info
-from tests.guest.build import guest_payload
+from tests.functional.pod_fixtures import real_vmm, real_vmm_reason, vmm_info
 
 CPUS = sorted(os.sched_getaffinity(0))
 pytestmark = pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs: one for the vCPU, one for the emulator")
@@ -69,29 +66,21 @@ def test_each_vcpu_gets_its_cpu_and_every_other_thread_of_the_pod_the_emulator_c
 
 @pytest.fixture
 def root_real_harness():
-    """A Harness on the real VMM with the launcher as root (it then has CAP_SYS_NICE, as KubeVirt's
-    compute container of a root VMI has SYS_NICE)."""
-    reason = real_vmm_reason()
-    if reason:
-        pytest.skip(reason)
+    """A Harness on the real VMM with the tiny guest and the launcher as root (it then has
+    CAP_SYS_NICE, as KubeVirt's compute container of a root VMI has SYS_NICE)."""
+    real = RealVmm.from_environment(tiny_guest=True)
+    if isinstance(real, str):
+        pytest.skip(real)
     made = []
-    directory = pathlib.Path(tempfile.mkdtemp(prefix="kcrt", dir="/tmp"))
 
     def make(vmi: dict) -> Harness:
-        firmware = directory / "fw"
-        firmware.mkdir(exist_ok=True)
-        shutil.copyfile(guest_payload(), firmware / "hypervisor-fw")
-        image = directory / "disk.raw"
-        with open(image, "wb") as f:
-            f.truncate(1 << 20)
-        h = Harness(vmi=vmi, real=RealVmm(real_binary(), firmware, image))
+        h = Harness(vmi=vmi, real=real)
         made.append(h)
         return h
 
     yield make
     for h in made:
         h.close()
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.mark.real_vmm
