@@ -35,6 +35,7 @@ from admission.review import AdmissionRequest, Cause, allow, deny, deny_invalid
 from admission.rules import Outcome
 from admission.selection import ANNOTATION, VALUE, annotations, get, hypervisor
 from ch_launcher.convert import check
+from ch_launcher.convert.runtime import runtime_processes_needed
 from ch_launcher.kubevirt.quantity import format_bytes, quantity_bytes
 from ch_launcher.kubevirt.vmi import InvalidVMI, parse_vmi
 
@@ -46,6 +47,7 @@ DOMAIN_ANNOTATION = "kubevirt.io/domain"
 OVERHEAD_ANNOTATION = "kubevirt.io/memory-overhead-bytes"
 RECORD_ANNOTATION = "kubevirt-ch.io/launcher-mutation"
 COMPUTE = "compute"
+RUNTIME_PROCESSES_FLAG = "--kubevirt-runtime-processes"  # ch_launcher/cli.py
 # What virt-controller renders as the compute command's first word (template.go@d923fdb815cd).
 STOCK_COMMANDS = ("virt-launcher-monitor", "virt-launcher")
 _INT64 = re.compile(r"[0-9]{1,19}")
@@ -164,7 +166,7 @@ def mutate_pod(request: AdmissionRequest, config: Config, needs: NeedsVMI, vmi: 
         return Outcome(deny(uid, f"the launcher pod of {where} has no '{COMPUTE}' container"), "denied")
     index, container = found
     try:
-        ops, record = _launcher_ops(index, container, config)
+        ops, record = _launcher_ops(index, container, config, runtime_processes=runtime_processes_needed(model))
         memory_ops, memory_record, overhead = _memory_ops(index, container, pod, model, config, kubevirt)
     except _Refuse as e:
         return Outcome(deny(uid, f"the launcher pod of {where}: {e}"), "denied")
@@ -184,8 +186,11 @@ class _Refuse(Exception):
     pass
 
 
-def _launcher_ops(index: int, c: dict[str, Any], config: Config) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Image, pull policy and command of `compute`; virt-launcher's flags are kept."""
+def _launcher_ops(index: int, c: dict[str, Any], config: Config, *, runtime_processes: bool = False,
+                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Image, pull policy and command of `compute`; virt-launcher's flags are kept. With
+    `runtime_processes` (a VMI virt-handler's KVM runtime reaches into, docs/process-model.md)
+    the launcher gets `--kubevirt-runtime-processes`."""
     ops: list[dict[str, Any]] = []
     record: dict[str, Any] = {}
     old_image = c.get("image")
@@ -202,7 +207,7 @@ def _launcher_ops(index: int, c: dict[str, Any], config: Config) -> tuple[list[d
     if posixpath.basename(command[0]) not in STOCK_COMMANDS:
         raise _Refuse(f"the '{COMPUTE}' container runs {command[0]!r}, not virt-launcher; refusing to replace "
                       f"a command this add-on does not know")
-    new_command = list(config.launcher.command) + command[1:]
+    new_command = list(config.launcher.command) + ([RUNTIME_PROCESSES_FLAG] if runtime_processes else []) + command[1:]
     ops.append({"op": "replace", "path": pointer("spec", "containers", index, "command"), "value": new_command})
     record["command"] = {"from": command[0], "to": list(config.launcher.command)}
     return ops, record

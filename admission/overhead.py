@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from admission.versions import parse_version
+from ch_launcher.convert.runtime import runtime_processes_needed
 from ch_launcher.kubevirt.quantity import MiB, GiB, quantity_bytes
 from ch_launcher.kubevirt.vmi import CPU, VirtualMachineInstance
 
@@ -102,11 +103,12 @@ CH_PER_DEVICE = 1 * MiB
 # The monitor (the compute container's command, which parents the launcher and the VMM) and the
 # `virtqemud` VMM spawner (the launcher's child whose memlock limit virt-handler raises): the
 # process model of docs/process-model.md. Each is a small `python -I -S` with only the standard
-# library; measured by bench/launcher.py after a Sync: monitor PSS 4.5 MiB (anonymous 4.3),
-# spawner 4.8 MiB (4.6), beside a bare `python -I -S` at 2.7 MiB (2.5) in the same run.
+# library; measured by bench/process_model.py after a Sync: monitor PSS 4.8 MiB (anonymous 4.3),
+# spawner 5.2 MiB (4.6), beside a bare `python -I -S` at 3.0 MiB (2.5) in the same run.
 # Their file pages are the launcher's (one interpreter, one image), charged to the pod once; what
 # each adds to the pod's memory cgroup is its anonymous memory: 5 MiB each = that + headroom.
-# They replace KubeVirt's virt-launcher-monitor (25 MiB) and virtqemud (40 MiB) rows.
+# They replace KubeVirt's virt-launcher-monitor (25 MiB) and virtqemud (40 MiB) rows, for the VMIs
+# that have them (`runtime_processes_needed`); other VMIs' pods run neither.
 CH_MONITOR = 5 * MiB
 CH_SPAWNER = 5 * MiB
 
@@ -377,8 +379,10 @@ def ch_overhead(vmi: VirtualMachineInstance, *, settings: CHSettings = CHSetting
 
     Dropped: virtlogd does not run (CH writes its own log); video RAM (CH has no display device).
 
-    Replaced: virt-launcher-monitor by ch-launcher's monitor and virtqemud by its VMM spawner
-    (CH_MONITOR, CH_SPAWNER: the process model virt-handler's runtime needs, docs/process-model.md),
+    Replaced, for the VMIs virt-handler's KVM runtime reaches into (VFIO, dedicated or realtime
+    CPUs, memLock Required: `runtime_processes_needed`), virt-launcher-monitor by ch-launcher's
+    monitor and virtqemud by its VMM spawner (CH_MONITOR, CH_SPAWNER, docs/process-model.md;
+    dropped for every other VMI, whose launcher is the container's command);
     KubeVirt's 1 GiB of VFIO lock allowance by what VFIO adds to the pod's memory (`ch_vfio`),
     virt-launcher by ch-launcher, QEMU by cloud-hypervisor, 8 MiB per vCPU by
     CH_PER_VCPU, the IOThread by CH_PER_DEVICE per disk, interface and filesystem, and QEMU's
@@ -394,10 +398,11 @@ def ch_overhead(vmi: VirtualMachineInstance, *, settings: CHSettings = CHSetting
     b = Breakdown("Cloud Hypervisor")
     t = b.terms
     t["page_tables"] = page_tables(memory_request(vmi))
-    t["virt_launcher_monitor"] = CH_MONITOR
+    helpers = runtime_processes_needed(vmi)  # the monitor and virtqemud run only for these VMIs
+    t["virt_launcher_monitor"] = CH_MONITOR if helpers else 0
     t["launcher"] = settings.launcher
     t["virtlogd"] = 0
-    t["virtqemud"] = CH_SPAWNER
+    t["virtqemud"] = CH_SPAWNER if helpers else 0
     t["vmm"] = settings.vmm
     t["vcpus"] = CH_PER_VCPU * vcpu_count(d.cpu, res.requests, res.limits)
     t["io"] = CH_PER_DEVICE * devices

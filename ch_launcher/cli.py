@@ -4,10 +4,13 @@ Command line (contract.md §8, DESIGN.md "ch-launcher command line"): every virt
 with KubeVirt's default (unknown flags are logged and ignored, because virt-controller renders
 the command line), plus `--ch-binary` (env CH_BINARY), `--private-dir` and `--firmware-dir`.
 
-Processes (docs/process-model.md): the command's own process is the monitor
-(`ch_launcher.monitor`, as virt-launcher-monitor); it forks the launcher, which forks the VMM
-spawner (`virtqemud`) before anything else, then serves as `cmd/virt-launcher/virt-launcher.go
-@d923fdb815cd` does:
+Processes (docs/process-model.md). With `--kubevirt-runtime-processes` (the pod mutator sets it
+for VMIs virt-handler's KVM runtime reaches into: VFIO devices, dedicated or realtime CPUs,
+memLock Required) the command's own process is the monitor (`ch_launcher.monitor`, as
+virt-launcher-monitor); it forks the launcher, which starts the VMM spawner (`virtqemud`) before
+anything else. Without it the command's process is the launcher and the VMM its child, and such
+VMIs fail their Sync with the reason. Either way the launcher serves as
+`cmd/virt-launcher/virt-launcher.go@d923fdb815cd` does:
 1. create `<private-dir>/<uid>/virt-serial0-log` (the console log container waits for it), then
    serve the command socket; the rename to `launcher-sock` is the readiness signal;
 2. wait for a VM to be defined (first successful boot); after `--qemu-timeout` exit 2 with
@@ -16,7 +19,7 @@ spawner (`virtqemud`) before anything else, then serves as `cmd/virt-launcher/vi
    runs the graceful protocol) and arm a kill after `--grace-period-seconds`;
 4. when the VM is down, wait up to 15 s for virt-handler's Delete and its final event, kill
    again, wait up to 30 s more, stop serving and exit 0.
-The monitor reaps every orphan (it is PID 1 of the container, or a child subreaper).
+Orphans are reaped by the monitor, or, without one, by the launcher when it is PID 1.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ class Settings:
     ch_binary: str = paths.CH_BINARY
     private_dir: str = paths.PRIVATE_DIR
     firmware_dir: str = paths.FIRMWARE_DIR
+    kubevirt_runtime_processes: bool = False  # the monitor / virtqemud / qemu-system tree (docs/process-model.md)
     ignored: list[str] = field(default_factory=list)   # unknown flags, logged once logging is up
     accepted: dict[str, object] = field(default_factory=dict)  # flags accepted without effect
 
@@ -165,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cloud-hypervisor binary (env CH_BINARY)")
     p.add_argument("--private-dir", default=d.private_dir)
     p.add_argument("--firmware-dir", default=d.firmware_dir)
+    p.add_argument("--kubevirt-runtime-processes", type=_go_bool, nargs="?", const=True, default=False,
+                   help="run the process tree virt-handler's KVM runtime reaches into (docs/process-model.md): "
+                        "a monitor as parent of the launcher and the VMM, a virtqemud VMM spawner")
     for name, (kind, default) in _ACCEPTED.items():
         if kind == "bool":
             p.add_argument(f"--{name}", type=_go_bool, nargs="?", const=True, default=default)
@@ -206,6 +213,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if settings.hook_sidecars:
         log.warning("--hook-sidecars=%d: hook sidecars edit libvirt domain XML, which Cloud Hypervisor "
                     "does not use; not waiting for them", settings.hook_sidecars)
+    if not settings.kubevirt_runtime_processes:
+        try:
+            return asyncio.run(run(settings))
+        except KeyboardInterrupt:
+            return 130
     from ch_launcher import monitor
 
     return monitor.run(lambda link: launch(settings, link),
@@ -267,6 +279,8 @@ async def run(settings: Settings, spawning: VmmSpawning | None = None) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
         loop.add_signal_handler(sig, _on_signal, sig, stop)
+    if os.getpid() == 1 and spawning is None:  # no monitor: orphans of the container come here
+        loop.add_signal_handler(signal.SIGCHLD, reap_orphans, manager)
     code = 1
     try:
         await server.start()
@@ -372,6 +386,34 @@ async def supervise(manager: DomainManager, settings: Settings, stop: asyncio.Ev
         sent = await manager.flush_events(FINAL_NOTIFY_WAIT)
         log.info("Final Delete notification %s", "sent" if sent else "not confirmed by virt-handler")
     return 0
+
+
+def reap_orphans(manager: DomainManager) -> None:
+    """SIGCHLD while PID 1 without a monitor: reap zombie children that are not the VMM (whose
+    status the VMM supervisor collects itself). Orphans of the container are reparented to PID 1."""
+    own = manager.owned_pids()
+    for pid in _children():
+        if pid in own or not _is_zombie(pid):
+            continue
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def _children() -> list[int]:
+    pids: list[int] = []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError, ValueError), open(f"/proc/self/task/{tid}/children") as f:
+                pids.extend(int(p) for p in f.read().split())
+    return pids
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 if __name__ == "__main__":

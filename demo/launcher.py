@@ -116,6 +116,7 @@ class LauncherProcess:
         """`command` runs the launcher (default: this interpreter on the checkout's ch_launcher,
         with PYTHONPATH pointing at it); an installed `ch-launcher` script gets `env` as given."""
         self.layout = layout
+        self.ch_binary = ch_binary
         argv = [
             *(command or (sys.executable, "-m", "ch_launcher.cli")),
             "--qemu-timeout", qemu_timeout, "--name", name, "--uid", uid, "--namespace", namespace,
@@ -177,10 +178,12 @@ class LauncherProcess:
         return self.poll()
 
     def children(self) -> list[int]:
-        """PIDs of the VMMs below the launcher command, found by the name virt-handler looks for
-        (`qemu-system*`, docs/process-model.md), from /proc. The monitor (the command's own
-        process), the launcher and its `virtqemud` spawner are not in this list."""
-        return sorted(p for p in self.processes() if _comm(p).startswith(VMM_COMM_PREFIX))
+        """PIDs of the VMMs below the launcher command, from /proc: by the name virt-handler
+        looks for (`qemu-system*`) with `--kubevirt-runtime-processes` (docs/process-model.md),
+        else by the name of the binary. The monitor, the launcher, its `virtqemud` spawner and
+        other helpers (swtpm) are not in this list."""
+        names = (VMM_COMM_PREFIX, os.path.basename(self.ch_binary)[:15])
+        return sorted(p for p in self.processes() if _comm(p).startswith(names))
 
     def roles(self) -> dict[str, int | None]:
         """The pod's processes by role (docs/process-model.md): `monitor` (the command's own

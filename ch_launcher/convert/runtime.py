@@ -27,26 +27,36 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ch_launcher.convert.context import Translation
+from ch_launcher.kubevirt.vmi import VirtualMachineInstance
 
 
-def has_vfio(t: Translation) -> bool:
+def has_vfio(vmi: VirtualMachineInstance) -> bool:
     """vmitrait.HasVFIO (kubevirt pkg/vmitrait/vmitrait.go@d923fdb815cd)."""
-    devices = t.vmi.spec.domain.devices
+    devices = vmi.spec.domain.devices
     return bool(devices.hostDevices or devices.gpus or any(i.sriov is not None for i in devices.interfaces))
 
 
-def requires_locking_memory(t: Translation) -> bool:
+def requires_locking_memory(vmi: VirtualMachineInstance) -> bool:
     """util.RequiresLockingMemory (kubevirt pkg/util/util.go@d923fdb815cd)."""
-    memory = t.vmi.spec.domain.memory
+    memory = vmi.spec.domain.memory
     return memory is not None and memory.reservedOverhead is not None and memory.reservedOverhead.memLock == "Required"
 
 
-def adjusts_resources(t: Translation) -> bool:
+def adjusts_resources(vmi: VirtualMachineInstance) -> bool:
     """Whether virt-handler's `AdjustResources` acts on this VMI."""
-    domain = t.vmi.spec.domain
+    domain = vmi.spec.domain
     realtime = domain.cpu is not None and domain.cpu.realtime is not None
     sev = domain.launchSecurity is not None and (domain.launchSecurity.sev is not None or domain.launchSecurity.snp is not None)
-    return has_vfio(t) or realtime or sev or requires_locking_memory(t)
+    return has_vfio(vmi) or realtime or sev or requires_locking_memory(vmi)
+
+
+def runtime_processes_needed(vmi: VirtualMachineInstance) -> bool:
+    """Whether virt-handler's KVM runtime will look for the pod's `virtqemud` and `qemu-system*`
+    processes: `AdjustResources` acts, or `HandleHousekeeping` for dedicated CPUs. The pod
+    mutator then starts the launcher with `--kubevirt-runtime-processes` and the overhead
+    calculator charges the monitor and the spawner; other VMIs need neither."""
+    cpu = vmi.spec.domain.cpu
+    return adjusts_resources(vmi) or (cpu is not None and cpu.dedicatedCpuPlacement)
 
 
 def guest_ram(t: Translation) -> int:
@@ -62,7 +72,6 @@ def guest_ram(t: Translation) -> int:
 
 def configure_runtime(t: Translation) -> None:
     """Fill `t.host.finds_vmm` and `t.host.lock_memory`."""
-    cpu = t.vmi.spec.domain.cpu
-    finds_vmm = adjusts_resources(t) or (cpu is not None and cpu.dedicatedCpuPlacement)
-    lock = guest_ram(t) if has_vfio(t) or requires_locking_memory(t) else 0
+    finds_vmm = runtime_processes_needed(t.vmi)
+    lock = guest_ram(t) if has_vfio(t.vmi) or requires_locking_memory(t.vmi) else 0
     t.host = replace(t.host, finds_vmm=finds_vmm, lock_memory=lock)

@@ -122,6 +122,13 @@ class DomainManager(LiveChanges, Migrating):
     def vmm_pid(self) -> int | None:
         return self._host.current.pid if self._host.current is not None else None
 
+    def owned_pids(self) -> set[int]:
+        """Children whose exit status the VMM supervisor collects itself (not to be reaped by others)."""
+        pids = self._host.owned_pids()
+        if self._swtpm is not None and self._swtpm.pid is not None:
+            pids.add(self._swtpm.pid)
+        return pids
+
     async def domain_stats(self, timeout: float) -> str:
         """stats.DomainStats JSON of the running VM, or "" when there is none (contract §12).
         Counters the VMM cannot give within `timeout` are left out, never an error."""
@@ -391,9 +398,11 @@ class DomainManager(LiveChanges, Migrating):
         return vmm
 
     def _check_process_model(self, vmm: VmmProcess) -> None:
+        spawning = self.settings.spawning
+        if spawning is None:
+            return  # no runtime process tree asked for: _fit_vmm says so to a VMI that needs it
         from ch_launcher.manager import procmodel
 
-        spawning = self.settings.spawning
         self._model_problem = procmodel.model_problem(spawning, vmm.pid)
         if self._model_problem is None:
             log.info("process model: %s", procmodel.describe_model(spawning, vmm.pid))
@@ -406,10 +415,14 @@ class DomainManager(LiveChanges, Migrating):
         memory the VM pins, if this VM needs either (HostTuning); else fail with the reason,
         leaving no VM behind. A VMM started before virt-handler raised the spawner's memlock
         limit is replaced by one that inherits it."""
-        from ch_launcher.manager import procmodel
-
         assert self._plan is not None and self._host.current is not None
         host = self._plan.host
+        if not (host.finds_vmm or host.lock_memory or host.housekeeping_cpus):
+            return  # nothing of the process model matters to this VMI
+        from ch_launcher.manager import procmodel
+
+        if self.settings.spawning is None:
+            self._model_problem = procmodel.model_problem(None, self._host.current.pid)
         if host.finds_vmm and self._model_problem is not None:
             raise CommandFailed(f"virt-handler would not find this VMI's VMM and would fail its reconcile: "
                                 f"{self._model_problem} ({procmodel.DOC})")

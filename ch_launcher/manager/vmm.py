@@ -51,6 +51,10 @@ class VmmHost:
         self._fifo: EventFifo | None = None
         self._parser = EventStreamParser()
 
+    def owned_pids(self) -> set[int]:
+        """Children whose exit status the VMM supervisor collects itself (not to be reaped by others)."""
+        return {vmm.pid for vmm in list(self.spawned) if vmm.returncode is None and not vmm.adopted}
+
     async def spawn(self) -> VmmProcess:
         """Start a VMM (it becomes `current`) and watch it. Raises VmmStartError if it cannot be
         executed. Does not wait for its API: see `wait_ready`."""

@@ -125,7 +125,8 @@ class Harness:
 
     def __init__(self, *, vmi: dict[str, Any] | None = None, env: dict[str, str] | None = None,
                  grace_period_seconds: int = 45, qemu_timeout: str = "60s", notify: bool = True,
-                 real: RealVmm | None = None, pod: PodSandbox | None = None, ignores_acpi: bool = False) -> None:
+                 real: RealVmm | None = None, pod: PodSandbox | None = None, ignores_acpi: bool = False,
+                 runtime_processes: bool | None = None) -> None:
         self.runner = asyncio.Runner()
         # In a pod sandbox the launcher runs as the compute container (uid 107, its own network
         # namespace): its directories are the pod's, under the sandbox's root.
@@ -142,6 +143,9 @@ class Harness:
         self.env.update({"FAKE_CH_REQUEST_LOG": str(self.request_log), **(env or {})})
         self.grace_period_seconds = grace_period_seconds
         self.qemu_timeout = qemu_timeout
+        # `--kubevirt-runtime-processes` (docs/process-model.md): None = as the pod mutator decides
+        # for this VMI (admission/mutate.py), True/False to choose.
+        self.runtime_processes = runtime_processes
         self.recorder = NotifyRecorder(self.layout.notify_socket)
         self.with_notify = notify
         self.launcher: LauncherProcess | None = None
@@ -170,12 +174,21 @@ class Harness:
         self.launcher = LauncherProcess(self.layout, name=meta["name"], namespace=meta["namespace"],
                                         uid=meta["uid"], ch_binary=self.ch_binary, env=self.env,
                                         grace_period_seconds=self.grace_period_seconds,
-                                        qemu_timeout=self.qemu_timeout,
+                                        qemu_timeout=self.qemu_timeout, extra_args=self._launcher_flags(),
                                         wrap=self.pod.command if self.pod is not None else None).start()
         if wait_ready:
             await self.launcher.wait_ready(15.0)
             self.client = CmdClient(self.layout.cmd_socket)
         return self
+
+    def _launcher_flags(self) -> list[str]:
+        wanted = self.runtime_processes
+        if wanted is None:
+            from ch_launcher.convert.runtime import runtime_processes_needed
+            from ch_launcher.kubevirt.vmi import parse_vmi
+
+            wanted = runtime_processes_needed(parse_vmi(self.vmi))
+        return ["--kubevirt-runtime-processes"] if wanted else []
 
     async def boot(self) -> None:
         """Start, Sync, and wait for the Running event (then the VMI is Running, as virt-handler

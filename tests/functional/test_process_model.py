@@ -72,6 +72,7 @@ def harness():
     made: list[Harness] = []
 
     def make(*, pod=None, kind: str = "simulated", **kw) -> Harness:
+        kw.setdefault("runtime_processes", True)  # these stories are about that process tree
         if pod is not None:
             kw.update(pod=pod, real=real_vmm(pod) if kind == "real" else None)
         h = Harness(**kw)
@@ -170,6 +171,24 @@ def test_without_the_raise_a_vmi_that_locks_memory_fails_its_sync_and_nothing_is
             assert status != 200  # the real VMM holds no VM
         else:
             assert h.requests("vm.create") == []  # no VM, not even a config
+
+    h.run(story())
+
+
+def test_a_vmi_virt_handler_reaches_into_fails_its_sync_on_a_launcher_without_the_tree_and_nothing_is_created(
+        harness):
+    vmi = make_vmi()
+    vmi["spec"]["domain"]["cpu"] = {"cores": 1, "dedicatedCpuPlacement": True}
+    h = harness(vmi=vmi, runtime_processes=False)  # e.g. a pod mutated by an older webhook
+
+    async def story():
+        await h.start()
+        with pytest.raises(CommandError) as e:
+            await h.client.sync(h.vmi)
+        assert ("virt-handler would not find this VMI's VMM and would fail its reconcile: the launcher runs "
+                "without its monitor") in str(e.value)
+        assert h.requests("vm.create") == []
+        assert (await h.client.get_domain()) is None
 
     h.run(story())
 

@@ -91,7 +91,8 @@ def run_runtime(feature: str, tmp_path: Path, *, real: bool) -> tuple[str, str]:
         pytest.fail(f"{PROBE_RUN} or unshare (util-linux) is missing")
     body = json.loads(json.dumps(FEATURES[feature][0]))
     env = {**os.environ, "KEEP": "1",
-           "LAUNCHER": f"unshare --pid --fork --kill-child --mount-proc {Path(sys.executable).parent / 'ch-launcher'}",
+           "LAUNCHER": f"unshare --pid --fork --kill-child --mount-proc {Path(sys.executable).parent / 'ch-launcher'} "
+                       "--kubevirt-runtime-processes",
            "CH_BINARY": str(real_binary()) if real else str(FAKE_CH)}
     if real:
         firmware = tmp_path / "fw"

@@ -308,3 +308,23 @@ def test_a_malformed_request_is_refused_clearly_whatever_its_operation(obj, mess
     assert first.verdict == "invalid"
     assert first.review["response"] == {"uid": body["request"]["uid"], "allowed": False,
                                         "status": {"message": message, "code": 400}}
+
+
+@pytest.mark.parametrize("domain", [
+    {"cpu": {"cores": 1, "dedicatedCpuPlacement": True}},
+    {"devices": {"gpus": [{"name": "g", "deviceName": "nvidia.com/T4"}]}},
+    {"memory": {"guest": "1Gi", "reservedOverhead": {"memLock": "Required"}}},
+], ids=["dedicated", "gpu", "memLock"])
+def test_a_vmi_virt_handlers_runtime_reaches_into_gets_the_launchers_runtime_process_tree(domain):
+    # docs/process-model.md: monitor -> launcher -> virtqemud, the VMM under the monitor
+    vmi = the_vmi()
+    for key, value in domain.items():
+        vmi["spec"]["domain"].setdefault(key, {}).update(value)
+    pod = b.launcher_pod(vmi)
+    _, verdict, patched = run(pod, vmi)
+    assert verdict == "mutated"
+    assert compute(patched)["command"] == [*CONFIG.launcher.command, "--kubevirt-runtime-processes",
+                                           *compute(pod)["command"][1:]]
+    assert run(patched, vmi)[1] == "unchanged"  # idempotent
+    plain = the_vmi()
+    assert "--kubevirt-runtime-processes" not in compute(run(b.launcher_pod(plain), plain)[2])["command"]

@@ -82,11 +82,15 @@ def test_vfio_costs_the_iommu_page_tables_of_guest_ram_and_a_little_per_device_n
     assert ch_overhead(hotplug)["vfio"] == page_tables(8 * GiB) + CH_VFIO_PER_DEVICE * count
 
 
-def test_libvirts_processes_are_replaced_by_the_small_monitor_and_vmm_spawner_and_virtlogd_is_gone():
+def test_libvirts_processes_do_not_run_and_virt_handlers_runtime_gets_a_small_monitor_and_vmm_spawner():
     ch = ch_overhead(vmi())
-    assert ch["virt_launcher_monitor"] == CH_MONITOR and ch["virtqemud"] == CH_SPAWNER
-    assert ch["virtlogd"] == ch["video"] == 0
+    assert ch["virt_launcher_monitor"] == ch["virtlogd"] == ch["virtqemud"] == ch["video"] == 0
     assert ch["launcher"] == CH_LAUNCHER
+    for domain in ({"cpu": {"cores": 1, "dedicatedCpuPlacement": True}},
+                   {"devices": {"gpus": [{"name": "g", "deviceName": "nvidia.com/T4"}]}},
+                   {"memory": {"guest": "1Gi", "reservedOverhead": {"memLock": "Required"}}}):
+        ch = ch_overhead(vmi(domain=domain))  # docs/process-model.md
+        assert (ch["virt_launcher_monitor"], ch["virtqemud"], ch["virtlogd"]) == (CH_MONITOR, CH_SPAWNER, 0), domain
 
 
 def test_video_ram_is_dropped_by_kubevirt_only_when_graphics_are_off():
