@@ -7,6 +7,7 @@ import pytest
 
 from tests.apiserver.cluster import SORT_NOTICE
 from tests.apiserver.readme import row_showing
+from tests.manifests.render import MANIFESTS, one, render
 
 SA = "system:serviceaccount:kubevirt-ch:ch-admission"
 INSTALLED = [
@@ -137,3 +138,29 @@ def test_the_service_account_has_exactly_its_intended_rights(cluster):
 def test_kubectl_auth_can_i_as_the_service_account(cluster, question, answer):
     r = cluster.kubectl("auth", "can-i", *question.split(), f"--as={SA}")
     assert (r.out, r.rc) == (f"{answer}\n", 0 if answer == "yes" else 1)
+
+
+def test_a_webhook_configuration_replaced_without_its_ca_fails_with_x509_until_the_server_injects_it(cluster):
+    """A tool that writes the webhook configuration whole (`kubectl replace`, some GitOps setups)
+    drops the CA the server injected: every Cloud Hypervisor VMI is refused with kubectl's x509
+    error, as the README's row shows, until the server injects it again (at start-up, and every
+    10 minutes)."""
+    config = one(render(MANIFESTS), "ValidatingWebhookConfiguration", "kubevirt-ch-validator")
+    try:
+        assert cluster.kubectl("replace", "-f", "-", input=cluster.yaml(config)).rc == 0
+        vmi = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+               "metadata": {"name": "no-ca", "namespace": "default",
+                            "annotations": {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"}},
+               "spec": {"domain": {"memory": {"guest": "128Mi"}, "devices": {}}}}
+        r = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=cluster.yaml(vmi))
+        assert (r.rc, r.lines) == (1, [
+            'Error from server (InternalError): error when creating "STDIN": Internal error occurred: failed calling '
+            'webhook "virtualmachineinstances.validator.kubevirt-ch.io": failed to call webhook: Post '
+            '"https://ch-admission.kubevirt-ch.svc:443/validate?timeout=5s": tls: failed to verify certificate: '
+            'x509: certificate signed by unknown authority'])
+        assert "`x509: certificate signed by unknown authority`" in row_showing(r.lines[0])
+    finally:
+        cluster.stop_admission()
+        cluster.start_admission()  # returns once the API server reaches it again: the CA is back
+    assert all(hook["clientConfig"].get("caBundle") for hook in
+               cluster.json("get", "validatingwebhookconfiguration", "kubevirt-ch-validator")["webhooks"])
