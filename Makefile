@@ -9,8 +9,10 @@ STAMP := $(VENV)/.installed-stamp
 # qemu-utils (qemu-img checks the qcow2 overlays we write), iproute2 (network namespaces),
 # binutils (assembles the tiny guest, tests/guest/), libcap2-bin (setcap: the pod sandbox gives its
 # interpreter copy the file capability the launcher image has, tests/functional/pod_sandbox.py),
-# swtpm (the launcher runs it for VMIs with a TPM).
-TEST_TOOLS := busybox:busybox qemu-img:qemu-utils ip:iproute2 as:binutils setcap:libcap2-bin swtpm:swtpm
+# swtpm (the launcher runs it for VMIs with a TPM), curl and openssl (../shared/k8s/up.sh makes the
+# control plane's certificates and waits for etcd with them; tests/apiserver scrapes /metrics).
+TEST_TOOLS := busybox:busybox qemu-img:qemu-utils ip:iproute2 as:binutils setcap:libcap2-bin swtpm:swtpm \
+	curl:curl openssl:openssl
 # ... and the benchmarks: wrk (bench/admission.py's load generator).
 BENCH_TOOLS := wrk:wrk
 
