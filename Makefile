@@ -11,8 +11,7 @@ STAMP := $(VENV)/.installed-stamp
 # interpreter copy the file capability the launcher image has, tests/functional/pod_sandbox.py),
 # swtpm (the launcher runs it for VMIs with a TPM), curl and openssl (../shared/k8s/up.sh makes the
 # control plane's certificates and waits for etcd with them; tests/apiserver scrapes /metrics).
-TEST_TOOLS := busybox:busybox qemu-img:qemu-utils ip:iproute2 as:binutils setcap:libcap2-bin swtpm:swtpm \
-	curl:curl openssl:openssl
+TEST_TOOLS := busybox:busybox qemu-img:qemu-utils ip:iproute2 as:binutils setcap:libcap2-bin swtpm:swtpm curl:curl openssl:openssl
 # ... and the benchmarks: wrk (bench/admission.py's load generator).
 BENCH_TOOLS := wrk:wrk
 
