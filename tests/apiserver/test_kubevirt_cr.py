@@ -1,6 +1,7 @@
 """The cluster's KubeVirt CR as the add-on meets it, through the real API server: a KubeVirt
-release outside the supported range, and a KubeVirt CR that is not where the configuration says
-(HyperConverged names it `kubevirt-kubevirt-hyperconverged`). Users see a denial that names the
+release outside the supported range, a KubeVirt that has not finished deploying (no observed
+version yet), and a KubeVirt CR that is not where the configuration says (HyperConverged names it
+`kubevirt-kubevirt-hyperconverged`). Users see a denial that names the
 annotation and says why; operators see the condition in the server's log, its metric and an Event
 on its Deployment (docs/operations.md §10); following the README's Troubleshooting row fixes it.
 Runs on a control plane of its own: it changes the KubeVirt CR and restarts the server."""
