@@ -206,3 +206,32 @@ def test_when_the_launcher_dies_the_monitor_stops_the_vmm_and_exits_with_its_sta
         assert not os.path.exists(f"/proc/{vmm}")
 
     h.run(story())
+
+
+@pytest.mark.parametrize("crash", ["SIGKILL", "emulation-failure"])
+def test_a_vmm_that_crashes_under_the_monitor_is_shutoff_crashed_as_an_own_child_is(harness, pod, vmm_kind, crash):
+    """The VMM is the monitor's child here, its exit status the monitor's report; its log is the
+    one the spawner emptied for it: a kill and a vCPU failure (which CH ends like a poweroff)
+    are told apart from a clean shutdown as when the VMM is the launcher's own child."""
+    h = harness(pod=pod, kind=vmm_kind)
+
+    async def story():
+        await h.boot()
+        owner, monitor = vh.socket_owner(str(h.layout.cmd_socket))
+        vmm = vh.find_qemu(monitor)
+        if crash == "SIGKILL":
+            os.kill(vmm, signal.SIGKILL)
+        else:
+            await h.guest_does(crash)
+        await h.recorder.wait_for_status("Shutoff", "Crashed", timeout=15)
+        assert all(e.reason != "Shutdown" for e in h.recorder.events)
+        warning = await h.recorder.wait_for_k8s_event("VMMCrashed")
+        assert warning["type"] == "Warning"
+        if crash != "SIGKILL":
+            assert "Unexpected exit reason on vcpu run: InternalError" in warning["message"]
+        assert (await h.client.call("Ping")).success
+        await h.client.vmi_command("DeleteVirtualMachine", h.vmi)
+        await h.recorder.wait_for_deleted()
+        assert vh.socket_owner(str(h.layout.cmd_socket))[0] == owner  # the launcher served on
+
+    h.run(story())
