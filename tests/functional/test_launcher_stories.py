@@ -329,9 +329,12 @@ def test_shutdown_of_a_guest_that_ignores_acpi_then_kill_is_destroyed(new_harnes
 
     async def story():
         await h.boot()
-        for _ in range(2):
+        # Each press once the guest has seen the one before: two presses before the guest reads
+        # the GED's event register are one interrupt to it (the same status bit set twice), as a
+        # loaded machine showed with the tiny guest on the real VMM.
+        for presses in (1, 2):
             await h.client.vmi_command("ShutdownVirtualMachine", h.vmi)
-        await h.wait_for_ignored_power_buttons(2)
+            await h.wait_for_ignored_power_buttons(presses)
         assert (await h.client.get_domain())["Status"]["Status"] == "Running"
         await h.client.vmi_command("KillVirtualMachine", h.vmi)
         event = await h.recorder.wait_for_status("Shutoff", "Destroyed")
