@@ -42,16 +42,20 @@ def set_version(c: Cluster, name: str, version: str) -> None:
          "-p", json.dumps({"status": {"observedKubeVirtVersion": version}}))
 
 
+def described_events(c: Cluster) -> list[str]:
+    described = c.ok("describe", "deployment", "ch-admission", "-n", "kubevirt-ch")
+    return described[described.index("Events:"):].splitlines()
+
+
 def told_to_operators(c: Cluster, condition: str, message: str) -> None:
     """The condition in the server's log (WARNING), its gauge at 1, and a Warning Event on its
-    Deployment that `kubectl describe` lists."""
-    assert any(line.endswith(f"WARNING admission: cluster condition {condition}: {message}")
-               for line in c.admission.log), "\n".join(c.admission.log)
+    Deployment that `kubectl describe` lists (the log is read as the server writes it, the Event
+    posted in the background: both waited for)."""
+    c.wait_for(lambda: any(line.endswith(f"WARNING admission: cluster condition {condition}: {message}")
+                           for line in c.admission.log), f"the log line of {condition}")
     assert f'ch_admission_cluster_condition{{condition="{condition}"}} 1.0' in c.metrics()
-    described = c.ok("describe", "deployment", "ch-admission", "-n", "kubevirt-ch")
-    events = described[described.index("Events:"):].splitlines()
-    assert any(re.fullmatch(rf"  Warning  {condition} +\S+ +ch-admission +{re.escape(message)}", e)
-               for e in events), described
+    c.wait_for(lambda: any(re.fullmatch(rf"  Warning  {condition} +\S+ +ch-admission +{re.escape(message)}", e)
+                           for e in described_events(c)), f"the Warning Event {condition}", every=0.5)
 
 
 def holds_no_more(c: Cluster, condition: str) -> None:
@@ -111,12 +115,11 @@ def test_a_server_up_before_kubevirt_has_deployed_refuses_ch_vms_until_it_has_an
                    "the server to read the KubeVirt version again", every=1)
     assert r.out == "virtualmachineinstance.kubevirt.io/once-deployed created\n"
     assert f'ch_admission_cluster_condition{{condition="KubeVirtUnreadable"}} 0.0' in c.metrics()
-    assert any(line.endswith(f"INFO admission: cluster condition KubeVirtUnreadable no longer holds (was: {message})")
-               for line in c.admission.log), "\n".join(c.admission.log)
+    c.wait_for(lambda: any(line.endswith(f"INFO admission: cluster condition KubeVirtUnreadable no longer holds "
+                                         f"(was: {message})") for line in c.admission.log), "the INFO line")
     c.wait_for(lambda: any(re.fullmatch(rf"  Normal +KubeVirtUnreadableResolved +\S+ +ch-admission +"
-                                        rf"{re.escape('no longer: ' + message)}", e)
-                           for e in c.ok("describe", "deployment", "ch-admission", "-n", "kubevirt-ch").splitlines()),
-               "the KubeVirtUnreadableResolved Event")  # posted in the background
+                                        rf"{re.escape('no longer: ' + message)}", e) for e in described_events(c)),
+               "the KubeVirtUnreadableResolved Event", every=0.5)
 
 
 def test_a_kubevirt_cr_named_as_hyperconverged_names_it_is_found_once_configured(c, tmp_path):
