@@ -178,3 +178,27 @@ def test_overhead_counts_the_disk_virt_api_adds_for_a_volume_without_one(tmp_pat
         assert code == 0
         tables.append(out.split("\n", 1)[1])
     assert tables[0] == tables[1]
+
+
+# KubeVirt's examples the webhook denied before the process model of docs/process-model.md
+# (VFIO devices, dedicated CPUs): now admitted, each with exactly the warnings it deserves.
+ADMITTED_SINCE_THE_PROCESS_MODEL = {
+    "vmi-gpu": [],
+    "vmi-sriov": [],
+    "vmi-fedora-isolated": [],
+    "vmi-usb": ["spec.domain.devices.hostDevices[0]: kubevirt.io/storage must be a PCI or mediated device: "
+                "a USB one fails the start (Cloud Hypervisor has no USB)"],
+}
+NO_DISPLAY = "spec.domain.devices.autoattachGraphicsDevice: no display (VNC) on Cloud Hypervisor; use the serial console"
+
+
+@pytest.mark.parametrize("name", sorted(ADMITTED_SINCE_THE_PROCESS_MODEL))
+def test_the_vfio_and_dedicated_cpu_examples_are_admitted_with_the_warnings_they_deserve(name):
+    path = require_shared(KUBEVIRT_EXAMPLES / f"{name}.yaml")
+    code, out = run(["check", "--all", str(path)])
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0].endswith(": allowed"), out
+    assert [line.removeprefix("  warning: ") for line in lines[1:-1]] == [*ADMITTED_SINCE_THE_PROCESS_MODEL[name],
+                                                                         NO_DISPLAY]
+    assert lines[-1] == "1 checked, 0 denied"
