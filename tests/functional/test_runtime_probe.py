@@ -81,8 +81,10 @@ FEATURES = {
     "realtime": (vmi(cpu={"cores": 1, "dedicatedCpuPlacement": True, "realtime": {"mask": "0"}}), True),
     "memLock": (vmi(memory={"guest": "128Mi", "reservedOverhead": {"memLock": "Required"}}), True),
     "gpus": (vmi(devices={"gpus": [{"name": "gpu1", "deviceName": RESOURCE}]}), True),
+    "hostDevices": (vmi(devices={"hostDevices": [{"name": "hostdev1", "deviceName": RESOURCE}]}), True),
     "sriov": (vmi(devices={"interfaces": [{"name": "sriov-net", "sriov": {}}]}), True),
 }
+VFIO = ("gpus", "hostDevices", "sriov")  # a PCI device of the pod (its PCI_RESOURCE_* / network-info)
 
 
 def run_runtime(feature: str, tmp_path: Path, *, real: bool) -> tuple[str, str]:
@@ -99,7 +101,7 @@ def run_runtime(feature: str, tmp_path: Path, *, real: bool) -> tuple[str, str]:
         firmware.mkdir()
         (firmware / "hypervisor-fw").write_bytes(guest_payload().read_bytes())
         env["FIRMWARE_DIR"] = str(firmware)
-    if feature in ("gpus", "sriov"):
+    if feature in VFIO:
         tree = host_tree(tmp_path / "host")
         env.update(CH_HOST_ROOT=tree, FAKE_CH_HOST_ROOT=tree, PCI_RESOURCE_NVIDIA_COM_GP102GL_TESLA_P40=BDF)
     if feature == "sriov":
@@ -158,4 +160,4 @@ def test_virt_handlers_runtime_finds_the_launchers_processes_on_the_real_vmm(fea
     if reason:
         pytest.skip(reason)
     output, log = run_runtime(feature, tmp_path, real=True)
-    check(feature, output, log, boots=feature not in ("gpus", "sriov"))
+    check(feature, output, log, boots=feature not in VFIO)
