@@ -221,8 +221,9 @@ def _check_disk_device(t: Translation, path: str, disk: Disk, hotplugged: bool =
             # (kubevirt pkg/defaults/amd64.go@d923fdb815cd, setDefaultAmd64DisksBus), and our
             # validating webhook only ever sees the defaulted VMI. Refusing sata would refuse
             # every `disk: {}`, so it is a degradation: the disk is attached as virtio-blk.
-            t.warn(f"{path}.disk.bus", f"{path}.disk.bus 'sata' is attached as virtio-blk (no SATA in "
-                   "Cloud Hypervisor): the guest sees /dev/vdX")
+            # The message says where the value comes from: most users who see it never wrote it.
+            t.warn(f"{path}.disk.bus", f"{path}.disk.bus 'sata' (KubeVirt's default for a disk without a bus) "
+                   "is attached as virtio-blk (no SATA in Cloud Hypervisor): the guest sees /dev/vdX")
         elif target.bus == "scsi" and hotplugged:
             # `virtctl addvolume`'s default bus (kubevirt pkg/virtctl/vm/add_volume.go@d923fdb815cd).
             t.warn(f"{path}.disk.bus", f"{path}.disk.bus 'scsi' of a hotplugged disk is attached as virtio-blk "

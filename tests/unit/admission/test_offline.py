@@ -134,8 +134,8 @@ def _with_disks(kind_of_second: dict) -> dict:
     return vmi
 
 
-SATA = ("  warning: spec.domain.devices.disks[1].disk.bus 'sata' is attached as virtio-blk (no SATA in Cloud "
-        "Hypervisor): the guest sees /dev/vdX")
+SATA = ("  warning: spec.domain.devices.disks[1].disk.bus 'sata' (KubeVirt's default for a disk without a bus) is "
+        "attached as virtio-blk (no SATA in Cloud Hypervisor): the guest sees /dev/vdX")
 
 
 @pytest.mark.parametrize("second", [{"disk": {}}, {}], ids=["disk without bus", "no device type"])
@@ -163,7 +163,7 @@ def test_check_gives_a_volume_without_a_disk_the_disk_virt_api_adds(tmp_path):
     path = tmp_path / "vmi.yaml"
     path.write_text(yaml.safe_dump(vmi))
     code, out = run(["check", str(path)])
-    assert code == 0 and "  warning: spec.domain.devices.disks[2].disk.bus 'sata' is attached as virtio-blk" in out
+    assert code == 0 and "  warning: spec.domain.devices.disks[2].disk.bus 'sata' (KubeVirt's default" in out
 
 
 def test_overhead_counts_the_disk_virt_api_adds_for_a_volume_without_one(tmp_path):
