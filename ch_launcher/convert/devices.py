@@ -16,7 +16,11 @@ reasons is the README feature table):
   `PCI_RESOURCE_*` (or `MDEV_PCI_RESOURCE_*`) variables (`vfio`), each checked before boot
   (`RequireVfioDevice`); the VMM must be able to lock guest memory (`convert/runtime.py`). USB
   host devices are unsupported (no USB); at admission a resource's kind is unknown, so
-  `hostDevices` get a warning saying so.
+  `hostDevices` get a warning saying so. `DeviceConfig.iommu` stays off: the host's IOMMU
+  isolates the device (CH maps guest RAM for it, docs/process-model.md); `iommu: true` would put
+  it behind a virtio-iommu the guest programs, which KubeVirt at d923fdb815cd has no VMI field
+  for (no `devices.iommu`; virt-launcher gives QEMU none for host devices either). Devices are passed at
+  boot only (`HotplugHostDevices` is refused, so `vm.add-device` is never used).
 - `watchdog.i6300esb` -> CH's virtio-watchdog (it resets the guest), degraded: the guest needs a
   virtio watchdog driver; `diag288` (s390x) is unsupported.
 - `panicDevices`: `pvpanic` -> CH's PCI pvpanic; `isa` -> the same, degraded; `hyperv` unsupported.
