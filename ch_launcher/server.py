@@ -14,8 +14,11 @@ GetDomainStats, GetDomainDirtyRateStats (page sampling,
 `ch_launcher.dirtyrate`), GetFilesystems ("[]"),
 GetGuestInfo ("{}"), GetUsers ("[]"), GetQemuVersion ("cloud-hypervisor <version>"),
 MigrateVirtualMachine, CancelVirtualMachineMigration, SyncMigrationTarget,
-FinalizeVirtualMachineMigration (docs/migration.md), SignalTargetPodCleanup. Every other RPC
-answers `success=false` naming the RPC and why (`NOT_SERVED`).
+FinalizeVirtualMachineMigration (docs/migration.md), SignalTargetPodCleanup, and
+FreezeVirtualMachine / UnfreezeVirtualMachine, which answer `success=false` with exactly what the
+Go launcher answers when the guest agent is not connected (Cloud Hypervisor has no agent
+channel; `manager.view.no_guest_agent`). Every other RPC answers `success=false` naming the RPC
+and why (`NOT_SERVED`).
 
 Readiness (§7.1): listen on `<share-dir>/sockets/launcher-init-sock` (a stale file is removed
 first), answer our own Ping, then rename the socket to `launcher-sock`. The listening socket is
@@ -66,8 +69,6 @@ _NO_BACKUP = f"backups (changed block tracking) are not supported by {_BACKEND}"
 # RPC -> (response type, why it is not served). Each answers success=false, never UNIMPLEMENTED,
 # so virt-handler's error reads "command <Name> failed: "<RPC> is not supported ...: <why>"".
 NOT_SERVED: dict[str, tuple[type, str]] = {
-    "FreezeVirtualMachine": (pb.Response, f"filesystem freeze needs a guest agent; {_NO_AGENT}"),
-    "UnfreezeVirtualMachine": (pb.Response, f"filesystem thaw needs a guest agent; {_NO_AGENT}"),
     "HotplugHostDevices": (pb.Response, f"hot-plugging host devices (SR-IOV interfaces added to a running VMI) "
                                         f"is not supported by {_BACKEND}: they are passed at boot only"),
     "VirtualMachineMemoryDump": (pb.Response, "memory dumps are not supported: Cloud Hypervisor's vm.coredump "
@@ -215,6 +216,26 @@ class CmdServicer(cmd_grpc.CmdServicer):
 
     async def SyncVirtualMachineMemory(self, request, context):  # noqa: N802
         return await self._resize("SyncVirtualMachineMemory", "memory", request, context)
+
+    def _agent_command(self, rpc: str, request: Any) -> pb.Response:
+        """Freeze/Unfreeze: the Go launcher's answer without a connected guest agent. KubeVirt's
+        snapshot controller never asks a VMI without the AgentConnected condition (kubevirt
+        pkg/storage/snapshot/source.go@d923fdb815cd `Freeze`), which virt-handler sets only from
+        a connected agent channel in the Domain; this Domain has none, so online snapshots go
+        on unfrozen, as for a QEMU VM without an agent."""
+        try:
+            vmi = decode_vmi(request.vmi.vmiJson)
+        except CommandFailed as e:
+            return failure(str(e))
+        message = self._manager.guest_agent_unavailable(vmi)
+        log.error("%s failed: %s", rpc, message)  # virt-launcher: "Failed to freeze vmi"
+        return failure(message)
+
+    async def FreezeVirtualMachine(self, request, context):  # noqa: N802
+        return self._agent_command("FreezeVirtualMachine", request)
+
+    async def UnfreezeVirtualMachine(self, request, context):  # noqa: N802
+        return self._agent_command("UnfreezeVirtualMachine", request)
 
     async def Ping(self, request, context):  # noqa: N802
         return pb.Response(success=True)

@@ -30,7 +30,7 @@ from ch_launcher.manager.pod import read_pod_facts, release_memory
 from ch_launcher.manager.runner import NotStarted, Runner, StillRunning
 from ch_launcher.manager.settings import CommandFailed, EventSink, ManagerSettings, preload
 from ch_launcher.manager.view import (
-    acpi_enabled, cause, describe_exit, domain_view, refuse_hotplug, vm_size, vm_uuid,
+    acpi_enabled, cause, describe_exit, domain_view, no_guest_agent, refuse_hotplug, vm_size, vm_uuid,
 )
 from ch_launcher.manager.vmm import VmmHost
 
@@ -128,6 +128,11 @@ class DomainManager(LiveChanges, Migrating):
         if self._swtpm is not None and self._swtpm.pid is not None:
             pids.add(self._swtpm.pid)
         return pids
+
+    def guest_agent_unavailable(self, vmi: VirtualMachineInstance) -> str:
+        """The in-band error of a guest-agent command (Freeze, Unfreeze) for `vmi`'s domain:
+        there is never a connected agent (`view.no_guest_agent`)."""
+        return no_guest_agent(self._vm.state, vmi.domain_name)
 
     async def domain_stats(self, timeout: float) -> str:
         """stats.DomainStats JSON of the running VM, or "" when there is none (contract §12).

@@ -6,6 +6,7 @@ import signal
 from typing import TYPE_CHECKING, Any
 
 from ch_launcher.kubevirt.domain import DomainView, GracePeriod, GuestPanicInfo, LifeCycle, Reason, VcpuSlot
+from ch_launcher.lifecycle import VmState
 from ch_launcher.manager.settings import CommandFailed
 
 if TYPE_CHECKING:
@@ -82,6 +83,33 @@ def refuse_hotplug(booted: VirtualMachineInstance, vmi: VirtualMachineInstance) 
             change = ", ".join(filter(None, (f"added {added}" if added else "", f"removed {removed}" if removed else "")))
             raise CommandFailed(f"{path} changed on a running VM ({change or 'reordered'}): hotplug is not "
                                 f"supported by the Cloud Hypervisor backend")
+
+
+# libvirt's errors as the Go launcher passes them on (kubevirt pkg/virt-launcher/virtwrap/errors
+# FormatLibvirtError@d923fdb815cd: "LibvirtError(Code=%d, Domain=%d, Message='%s')"); codes and
+# domains from libvirt's virerror.h: VIR_ERR_NO_DOMAIN 42, VIR_ERR_OPERATION_INVALID 55,
+# VIR_ERR_AGENT_UNRESPONSIVE 86; VIR_FROM_QEMU 10, VIR_FROM_DOMAIN 20.
+_AGENT_ERRORS: dict[VmState, tuple[int, int, str]] = {
+    VmState.RUNNING: (86, 10, "Guest agent is not responding: QEMU guest agent is not connected"),
+    VmState.PAUSED: (55, 10, "Requested operation is not valid: domain is not running"),
+    VmState.PANICKED: (55, 10, "Requested operation is not valid: domain is not running"),
+    VmState.DOWN: (55, 20, "Requested operation is not valid: domain is not running"),
+}
+
+
+def no_guest_agent(state: VmState, domain_name: str) -> str:
+    """What the Go launcher answers a guest-agent command (Freeze, Unfreeze) of a domain whose
+    agent is not connected, which on Cloud Hypervisor is always: libvirt's error for the
+    domain's state, formatted as virt-launcher formats libvirt errors.
+
+    virt-launcher's FreezeVMI asks the agent for `guest-fsfreeze-status` first and UnfreezeVMI
+    thaws through it (pkg/virt-launcher/virtwrap/storage/fsfreeze.go@d923fdb815cd); libvirt
+    refuses both alike: no domain (42), a domain not running (55: paused or crashed, from the
+    QEMU driver's agent check; shut off, from the domain's own check), or a running domain whose
+    agent channel is not connected (86, qemuDomainAgentAvailable)."""
+    code, domain, message = _AGENT_ERRORS.get(
+        state, (42, 10, f"Domain not found: no domain with matching name '{domain_name}'"))
+    return f"LibvirtError(Code={code}, Domain={domain}, Message='{message}')"
 
 
 def acpi_enabled(vmi: VirtualMachineInstance | None) -> bool:

@@ -42,7 +42,8 @@ def test_every_cmd_rpc_is_either_implemented_or_refused_with_a_reason():
                                    "GetUsers", "GetQemuVersion", "SignalTargetPodCleanup",
                                    "SyncVirtualMachineCPUs", "SyncVirtualMachineMemory", "MigrateVirtualMachine",
                                    "CancelVirtualMachineMigration", "SyncMigrationTarget",
-                                   "FinalizeVirtualMachineMigration"}
+                                   "FinalizeVirtualMachineMigration", "FreezeVirtualMachine",
+                                   "UnfreezeVirtualMachine"}
     names = {m.name for m in service.methods}
     assert names == implemented | set(NOT_SERVED)
     assert not implemented & set(NOT_SERVED)
@@ -80,3 +81,18 @@ def test_an_undecodable_vmi_gives_the_go_launchers_message(payload):
 def test_a_vmi_with_unknown_fields_decodes():
     vmi = decode_vmi(b'{"metadata": {"name": "a", "uid": "u"}, "spec": {"futureField": 1}, "status": {}}')
     assert vmi.metadata.name == "a"
+
+
+@pytest.mark.parametrize(("state", "expected"), [
+    ("running", "LibvirtError(Code=86, Domain=10, Message='Guest agent is not responding: QEMU guest agent is "
+                "not connected')"),
+    ("paused", "LibvirtError(Code=55, Domain=10, Message='Requested operation is not valid: domain is not running')"),
+    ("down", "LibvirtError(Code=55, Domain=20, Message='Requested operation is not valid: domain is not running')"),
+    ("undefined", "LibvirtError(Code=42, Domain=10, Message='Domain not found: no domain with matching name "
+                  "'default_testvmi'')"),
+])
+def test_freeze_and_unfreeze_answer_as_virt_launcher_does_without_a_connected_agent(state, expected):
+    from ch_launcher.lifecycle import VmState
+    from ch_launcher.manager.view import no_guest_agent
+
+    assert no_guest_agent(VmState(state), "default_testvmi") == expected
