@@ -446,6 +446,12 @@ class CloudHypervisorClient:
             raise ValueError("resize() needs at least one of desired_vcpus, desired_ram, desired_balloon")
         self._put("vm.resize", body, timeout)
 
+    def resize_disk(self, id: str, desired_size: int, *, timeout: float | None = None) -> None:  # noqa: A002
+        """`PUT vm.resize-disk` (v50+) of a booted VM's disk: a raw or qcow2 image file is grown
+        (or shrunk) to `desired_size`, a block device must already have that size; then the
+        guest is told (virtio config change). The size must be a multiple of 512."""
+        self._put("vm.resize-disk", {"id": id, "desired_size": desired_size}, timeout)
+
     # --- devices ----------------------------------------------------------------------------
 
     def add_disk(self, disk: DiskConfig | dict[str, Any], *, timeout: float | None = None) -> PciDeviceInfo | None:

@@ -76,4 +76,4 @@ def _plan(t: Translation) -> Plan:
     return Plan(config=t.config, steps=t.steps, warnings=t.warnings, disks=t.disks,
                 interfaces=t.interfaces, serial_socket=t.serial_socket, dhcp=t.dhcp,
                 hotplug_disks=set(t.hotplug_disks), tpm=t.tpm, migration_blockers=list(t.migration_blockers),
-                host=t.host, host_devices=t.host_devices)
+                host=t.host, host_devices=t.host_devices, disk_sizing=dict(t.disk_sizing))

@@ -113,6 +113,7 @@ class Translation:
         self.migration_blockers: list[tuple[str, str]] = []  # (KubeVirt reason, why): convert/migration.py
         self.host = HostTuning()  # what the launcher does to the pod's processes (replaced, never mutated)
         self.guest_numa: list[GuestNumaCell] = []  # compute decides, memory sizes (numa passthrough)
+        self.disk_sizing: dict[str, Any] = {}  # disk name -> convert.expansion.DiskSizing
 
     @property
     def vmi_dir(self) -> str:

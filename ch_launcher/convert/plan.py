@@ -60,6 +60,15 @@ class CreateSparseImage(Step):
 
 
 @dataclass(frozen=True)
+class ExpandImage(Step):
+    """Grow the raw image of a filesystem PVC to the size its claim allows, before boot, when
+    the claim grew while the VM was stopped (`convert.expansion`); never shrinks it. `sizing`
+    is a `convert.expansion.DiskSizing`."""
+
+    sizing: Any
+
+
+@dataclass(frozen=True)
 class IsoFile:
     """One file of an ISO: inline bytes, or the contents of `source` read at preparation."""
 
@@ -186,3 +195,5 @@ class Plan:
     tpm: Any = None  # convert.tpm.TpmSpec when the VM has a TPM (swtpm runs before boot)
     migration_blockers: list[tuple[str, str]] = field(default_factory=list)  # why it cannot live-migrate
     host: HostTuning = field(default_factory=HostTuning)
+    # disk name -> convert.expansion.DiskSizing of each PVC-backed disk (resized as its claim grows)
+    disk_sizing: dict[str, Any] = field(default_factory=dict)

@@ -46,13 +46,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ch_launcher.ch.vmconfig import DiskConfig, ImageType
+from ch_launcher.convert import expansion
 from ch_launcher.convert.cloudinit import (
     CLOUD_INIT_KINDS, access_credentials, cloud_init_step, first_cloud_init_volume,
 )
 from ch_launcher.convert.context import Translation
 from ch_launcher.convert.hotplug_volumes import hotplug_path, hotplug_ready, is_hotplugged, volume_status
 from ch_launcher.convert.plan import (
-    BuildIso, CreateOverlay, CreateSparseImage, RequireFile, Step,
+    BuildIso, CreateOverlay, CreateSparseImage, ExpandImage, RequireFile, Step,
 )
 from ch_launcher.kubevirt.domain import DomainDisk
 from ch_launcher.kubevirt.quantity import MiB, quantity_bytes
@@ -199,10 +200,25 @@ def _disk(t: Translation, path: str, disk: Disk, vi: int, volume: Volume, cloud_
         # the boot vCPUs (`Queue count ... must not exceed boot vCPUs`).
         config["num_queues"] = boot_vcpus
     t.steps.extend(image.steps)
+    _follow_claim_size(t, disk.name, vi, volume, image, hotplugged)
     domain = DomainDisk(alias=disk.name, target_dev="", readonly=readonly, serial=disk.serial,
                         source_file="" if image.block else image.path, source_dev=image.path if image.block else "",
                         image_type="qcow2" if image.image_type == "Qcow2" else "raw")
     return DiskConfig(**config), domain
+
+
+def _follow_claim_size(t: Translation, name: str, vi: int, volume: Volume, image: _Image,
+                       hotplugged: bool) -> None:
+    """A disk that is its PVC (not an overlay over it) follows the claim's size: grown before
+    boot when the claim grew meanwhile (a file), and live as it grows (`convert.expansion`)."""
+    status = volume_status(t.vmi.status.volumeStatus, volume.name)
+    info = status.persistentVolumeClaimInfo if status else None
+    if info is None or volume.source_kind not in expansion.PVC_KINDS or image.image_type != "Raw":
+        return
+    sizing = expansion.disk_sizing(name, image.path, image.block, info)
+    t.disk_sizing[name] = sizing
+    if not image.block and not hotplugged:
+        t.steps.append(ExpandImage(field=f"spec.volumes[{vi}]", sizing=sizing))
 
 
 def _check_disk_device(t: Translation, path: str, disk: Disk, hotplugged: bool = False) -> bool:

@@ -557,6 +557,7 @@ class PVCInfo(_Model):
     capacity: dict[str, Quantity] = Field(default_factory=dict)
     requests: dict[str, Quantity] = Field(default_factory=dict)
     preallocated: bool = False
+    filesystemOverhead: str | None = None  # CDI's fraction of a filesystem volume ("0.055")
 
 
 class HotplugVolumeStatus(_Model):

@@ -1,5 +1,5 @@
-"""What changes on a running VM: volume hotplug (`hotplug`), vCPU and memory resize
-(`resize`). A part of `DomainManager`, kept apart because it is only needed when a VM changes;
+"""What changes on a running VM: volume hotplug (`hotplug`), PVC expansion (`expand`), vCPU
+and memory resize (`resize`). A part of `DomainManager`, kept apart because it is only needed when a VM changes;
 the modules doing the work are imported on first use.
 
 Runs under the manager's lock like every command (the methods are called from `_run` steps or
@@ -157,10 +157,39 @@ class LiveChanges:
             plan.disks.append(view)
             plan.config.disks = [*(plan.config.disks or ()), config]
             plan.hotplug_disks.add(config.id or view.alias)
+            if view.alias in wanted.disk_sizing:
+                plan.disk_sizing[view.alias] = wanted.disk_sizing[view.alias]
             log.info("attached the disk of volume %s as %s", view.alias, view.target_dev)
+        if not await self._expand_disks(plan, wanted):
+            waiting = True
         self._devices_seen = None if waiting else devices
         if changes:
             self._publish()
+
+    async def _expand_disks(self, plan: Any, wanted: Any) -> bool:
+        """Resize the disks whose claims grew (`manager.expand`): `vm.resize-disk`. A resize
+        Cloud Hypervisor refuses is logged, as virt-launcher logs a failed BlockResize, and the
+        Sync goes on; False then (and when a size could not be read), so a later Sync tries
+        again."""
+        from ch_launcher.ch.api import ChApiError
+        from ch_launcher.manager import expand
+
+        vmm = self._host.current
+        settled = True
+        for name, size in (await asyncio.to_thread(expand.resizes, plan, wanted)).items():
+            if size is not None:
+                if vmm is None:
+                    return False
+                try:
+                    await self._api(vmm.client.resize_disk, name, size)
+                except ChApiError as e:
+                    log.error("failed to expand disk %s to %d bytes: %s", name, size, e)
+                    settled = False
+                    continue
+                log.info("expanded disk %s to %d bytes; the guest sees the new size", name, size)
+            plan.disk_sizing[name] = wanted.disk_sizing[name]
+        return settled and all(wanted.disk_sizing.get(n) == s for n, s in plan.disk_sizing.items()
+                               if n in wanted.disk_sizing)
 
     def _disk_ejected(self, name: str) -> None:
         """`vm:device-removed`, or a VM rebuilt from a config that no longer has the disk."""
@@ -171,6 +200,7 @@ class LiveChanges:
         before = len(plan.disks)
         plan.disks = [d for d in plan.disks if d.alias != name]
         plan.hotplug_disks.discard(name)
+        plan.disk_sizing.pop(name, None)
         if len(plan.disks) != before:
             log.info("the disk of volume %s is gone from the VM", name)
             self._publish(force=True)

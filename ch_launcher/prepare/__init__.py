@@ -14,12 +14,12 @@ import time
 from collections.abc import Iterable
 
 from ch_launcher.convert.plan import (
-    BuildCloudInitIso, BuildIso, CreateOverlay, CreateSparseImage, Plan, RequireFile, RequireVfioDevice, Step,
-    WaitForSocket,
+    BuildCloudInitIso, BuildIso, CreateOverlay, CreateSparseImage, ExpandImage, Plan, RequireFile, RequireVfioDevice,
+    Step, WaitForSocket,
 )
 from ch_launcher.prepare.errors import PreparationError
 from ch_launcher.prepare.files import require_file, wait_for_socket
-from ch_launcher.prepare.images import create_overlay, create_sparse_image
+from ch_launcher.prepare.images import create_overlay, create_sparse_image, expand_image
 from ch_launcher.prepare.iso import build_cloud_init_iso, build_iso
 
 __all__ = ["DEFAULT_TIMEOUT", "PreparationError", "execute"]
@@ -46,6 +46,8 @@ def _run(step: Step, deadline: float) -> None:
             create_overlay(step)
         elif isinstance(step, CreateSparseImage):
             create_sparse_image(step)
+        elif isinstance(step, ExpandImage):
+            expand_image(step)
         elif isinstance(step, BuildCloudInitIso):
             build_cloud_init_iso(step)
         elif isinstance(step, BuildIso):

@@ -12,7 +12,8 @@ import errno
 import logging
 import os
 
-from ch_launcher.convert.plan import CreateOverlay, CreateSparseImage
+from ch_launcher.convert import expansion
+from ch_launcher.convert.plan import CreateOverlay, CreateSparseImage, ExpandImage
 from ch_launcher.prepare.errors import PreparationError
 from ch_launcher.prepare.qcow2 import ImageError, inspect_image, write_overlay
 
@@ -100,3 +101,41 @@ def create_sparse_image(step: CreateSparseImage) -> None:
             return  # made meanwhile by someone else: theirs is kept, as above
         raise PreparationError(step.field, f"{step.field}: cannot create {step.path}: {e.strerror or e}") from None
     log.info("created sparse image %s (%d bytes) for %s", step.path, size, step.field)
+
+
+def possible_size(sizing: expansion.DiskSizing) -> int | None:
+    """The size the disk of `sizing` may have now (`expansion`): a block device's own size; a
+    filesystem volume's image the claim's size or what the volume can hold, less the overhead
+    (None when that cannot be said). Raises OSError when the file or device cannot be read."""
+    if sizing.block:
+        fd = os.open(sizing.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return os.lseek(fd, 0, os.SEEK_END)  # the device's size (BLKGETSIZE64)
+        finally:
+            os.close(fd)
+    st = os.stat(sizing.path)
+    try:
+        fs = os.statvfs(os.path.dirname(sizing.path) or ".")
+        # allocated bytes + free space, as upstream's getUsableDiskSize (statfs f_bsize)
+        usable = st.st_blocks * 512 + fs.f_bavail * fs.f_bsize
+    except OSError as e:
+        log.warning("cannot read the free space beside %s (%s); using the claim's size", sizing.path, e.strerror)
+        usable = sizing.capacity or 0
+    return expansion.guest_size(sizing, usable)
+
+
+def expand_image(step: ExpandImage) -> None:
+    """Grow a filesystem PVC's raw image to the size its claim allows, if that is more than it
+    has (`expandDiskImagesOffline`). Like upstream, a failure is logged and the VM starts with
+    the image as it is: it is never an error of the preparation."""
+    sizing = step.sizing
+    try:
+        size = possible_size(sizing)
+        current = os.stat(sizing.path).st_size
+        if size is None or size <= current:
+            return
+        os.truncate(sizing.path, size)  # sparse: the new space takes none until written
+    except OSError as e:
+        log.error("%s: failed to expand disk image %s at boot: %s", step.field, sizing.path, e.strerror or e)
+        return
+    log.info("pre-start expansion of image %s from %d to %d bytes for %s", sizing.path, current, size, step.field)

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from ch_launcher.convert import LauncherEnv
+from ch_launcher.convert.expansion import DiskSizing
 from ch_launcher.convert.plan import (
-    BuildCloudInitIso, BuildIso, CreateOverlay, CreateSparseImage, RequireFile, Step,
+    BuildCloudInitIso, BuildIso, CreateOverlay, CreateSparseImage, ExpandImage, RequireFile, Step,
 )
 from tests.unit.convert.vmibuild import (
     FIRMWARE_UUID, UID, api, container_disk, fields, launcher_env, problem, pvc_status, run, virtio, vmi,
@@ -63,7 +64,11 @@ def test_a_filesystem_pvc_is_its_disk_img_created_sparse_at_kubevirts_size() -> 
     assert disk == {"id": "data", "path": "/p/vmi-disks/data/disk.img", "image_type": "Raw"}
     assert made == [CreateSparseImage(field="spec.volumes[0].persistentVolumeClaim", path="/p/vmi-disks/data/disk.img",
                                       size=5000 * MiB, create_parent=False, tolerate_less_space_percent=10,
-                                      reserve_bytes=131072)]
+                                      reserve_bytes=131072),
+                    # and grown before boot if the claim grew while the VM was stopped (test_expansion.py)
+                    ExpandImage(field="spec.volumes[0]", sizing=DiskSizing(
+                        disk="data", path="/p/vmi-disks/data/disk.img", block=False, capacity=5000 * MiB,
+                        filesystem_overhead=None))]
 
 
 @pytest.mark.parametrize("capacity, requested, size", [

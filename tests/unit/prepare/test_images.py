@@ -126,3 +126,40 @@ def test_a_volume_far_too_small_is_an_error(tmp_path: pathlib.Path) -> None:
     with pytest.raises(PreparationError, match="not enough space"):
         create_sparse_image(step)
     assert not os.path.exists(step.path)
+
+
+# --- a claim that grew while the VM was stopped (convert.expansion) ---------------------------
+
+def expand_step(path: pathlib.Path, capacity: int, overhead: str | None = "0") -> Any:
+    from ch_launcher.convert.expansion import DiskSizing
+    from ch_launcher.convert.plan import ExpandImage
+
+    return ExpandImage(field="spec.volumes[0]", sizing=DiskSizing("data", str(path), False, capacity, overhead))
+
+
+def test_an_image_smaller_than_its_claim_allows_is_grown_sparse_before_boot(tmp_path: pathlib.Path) -> None:
+    from ch_launcher.prepare.images import expand_image
+
+    image = tmp_path / "disk.img"
+    image.write_bytes(b"data" + b"\0" * (MiB - 4))
+    expand_image(expand_step(image, 8 * MiB, "0.25"))
+    assert image.stat().st_size == 6 * MiB and image.read_bytes()[:4] == b"data"
+    assert image.stat().st_blocks * 512 < 2 * MiB  # the new space is a hole
+
+
+def test_an_image_is_never_shrunk_and_a_missing_overhead_leaves_it_alone(tmp_path: pathlib.Path) -> None:
+    from ch_launcher.prepare.images import expand_image
+
+    image = tmp_path / "disk.img"
+    image.write_bytes(b"\0" * (4 * MiB))
+    expand_image(expand_step(image, 2 * MiB))
+    expand_image(expand_step(image, 16 * MiB, None))
+    assert image.stat().st_size == 4 * MiB
+
+
+def test_an_image_that_cannot_be_grown_is_logged_and_the_vm_starts_with_it(tmp_path: pathlib.Path,
+                                                                          caplog: Any) -> None:
+    from ch_launcher.prepare.images import expand_image
+
+    expand_image(expand_step(tmp_path / "missing.img", 16 * MiB))  # no exception
+    assert "failed to expand disk image" in caplog.text
