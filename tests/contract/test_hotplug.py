@@ -2,7 +2,8 @@
 `vmm/src/memory_manager.rs`, `virtio-devices/src/mem.rs` @v53.0), on the simulated VMM.
 
 `vm.remove-device` takes the device out of the config at once and asks the guest (ACPI); the
-device, its PCI slot and its image lock stay until the guest ejects it, and only then comes
+device, its PCI slot and its image lock stay until the guest ejects it (on the real VMM the tiny
+guest ejects as a Linux guest does, or ignores it when told to), and only then comes
 `vm:device-removed`. `vm.resize` of virtio-mem memory asks the guest's driver for more; the VM's
 `memory_actual_size` grows only as the driver plugs it.
 """
@@ -18,6 +19,7 @@ import pytest
 
 from ch_launcher.ch.api import Conflict, InternalError
 from tests.contract.harness import FAKE, Backend, Vmm
+from tests.guest.console import PCI_EJECT_IGNORED, GuestConsole
 
 MiB = 1 << 20
 
@@ -61,16 +63,43 @@ def test_a_removed_disk_leaves_the_config_at_once_and_the_vm_only_when_the_guest
     assert "hot" not in (c.info().device_tree or {}) and not _write_locked(image)
 
 
-def test_a_guest_that_never_ejects_keeps_the_device_and_a_reboot_drops_it(backend: Backend,
-                                                                         start: Callable[..., Vmm]) -> None:
-    # The real VMM's guest here is firmware without an OS: it never ejects either.
-    vmm = start(backend, env={"FAKE_CH_EJECT_DELAY": "never"})
+def test_the_guest_ejects_a_removed_disk_then_the_vm_drops_it_and_its_lock(guest_backend: Backend,
+                                                                          start: Callable[..., Vmm]) -> None:
+    vmm = start(guest_backend)
     c = vmm.client
-    c.create(vmm.config())
+    c.create(vmm.guest_config())
+    c.boot()
+    if guest_backend.real:
+        vmm.guest_does("hello")  # up, its ACPI set up
+    image = _image(vmm, "hot.img")
+    info = c.add_disk({"id": "hot", "path": image, "image_type": "Raw"})
+    assert info is not None and _write_locked(image)
+    vmm.events.set_mark()
+    c.remove_device("hot")
+    removed = vmm.events.wait_for("vm:device-removed", timeout=10)
+    assert removed.properties == {"id": "hot", "bdf": info.bdf}
+    assert "hot" not in (c.info().device_tree or {}) and not _write_locked(image)
+    with pytest.raises(Conflict, match="Failed to find device corresponding to the given identifier: hot"):
+        c.remove_device("hot")
+
+
+def test_a_guest_that_never_ejects_keeps_the_device_and_a_reboot_drops_it(guest_backend: Backend,
+                                                                         start: Callable[..., Vmm]) -> None:
+    vmm = start(guest_backend, env={"FAKE_CH_EJECT_DELAY": "never"})
+    c = vmm.client
+    c.create(vmm.guest_config())
     c.boot()
     image = _image(vmm, "hot.img")
+    if guest_backend.real:
+        vmm.guest_does("ignore-eject")
     c.add_disk({"id": "hot", "path": image, "image_type": "Raw"})
-    c.remove_device("hot")
+    if guest_backend.real:
+        with GuestConsole(vmm.serial_socket) as console:
+            console.hello()
+            c.remove_device("hot")
+            console.reported(PCI_EJECT_IGNORED)  # asked, and ignored
+    else:
+        c.remove_device("hot")
     assert "hot" in (c.info().device_tree or {}) and _write_locked(image)
     c.reboot()  # the VM is rebuilt from its config, which no longer has the disk
     assert "hot" not in (c.info().device_tree or {}) and not _write_locked(image)

@@ -10,7 +10,8 @@ The socket is cloud-hypervisor's own (`serial {mode: Socket}`) or the launcher's
 
 From a shell, for kubevirt-probe's `CHPROBE_GUEST_ACTION` (../shared/tools/README.md):
 
-    python -m tests.guest.console SOCKET|DIR poweroff|reboot|triple-fault|panic|ignore-acpi|honour-acpi|hello|emulation-failure
+    python -m tests.guest.console SOCKET|DIR poweroff|reboot|triple-fault|panic|ignore-acpi|honour-acpi|
+                                             ignore-eject|honour-eject|hello|emulation-failure
 
 where DIR (e.g. the launcher's private dir) holds exactly one `*/virt-serial0`. Exit status 0 once
 the guest has acknowledged the command, 1 when it did not within --timeout (the message says what
@@ -41,10 +42,19 @@ COMMANDS = {
     "honour-acpi": (b"a", b"KCH-GUEST-HONOURING-ACPI"),
     "hello": (b"h", b"KCH-GUEST-HELLO"),
     "emulation-failure": (b"e", b"KCH-GUEST-EMULATION-FAILURE"),
+    "ignore-eject": (b"x", b"KCH-GUEST-IGNORING-EJECT"),
+    "honour-eject": (b"y", b"KCH-GUEST-HONOURING-EJECT"),
 }
 NO_PVPANIC = b"KCH-GUEST-NO-PVPANIC"
 POWER_BUTTON = b"KCH-GUEST-POWER-BUTTON\r\n"
 POWER_BUTTON_IGNORED = b"KCH-GUEST-POWER-BUTTON-IGNORED"
+# hotplug lines, each followed by "<segment>:<slot>" (PCI) or "<vCPU id>" (CPU) and "\r\n"
+PCI_ADDED = b"KCH-GUEST-PCI-ADDED "
+PCI_EJECT = b"KCH-GUEST-PCI-EJECT "
+PCI_EJECT_IGNORED = b"KCH-GUEST-PCI-EJECT-IGNORED "
+CPU_ADDED = b"KCH-GUEST-CPU-ADDED "
+CPU_EJECT = b"KCH-GUEST-CPU-EJECT "
+CPU_EJECT_IGNORED = b"KCH-GUEST-CPU-EJECT-IGNORED "
 HELLO_INTERVAL = 0.25  # seconds between hellos while the guest (or the console bridge) is not up
 
 
@@ -122,6 +132,12 @@ class GuestConsole:
             if not self._read(deadline):
                 raise GuestTimeout(f"the console {self.path} closed before the guest printed "
                                    f"{b' or '.join(markers)!r}; it printed {self.seen[-400:]!r}")
+
+    def reported(self, prefix: bytes, timeout: float = 10.0) -> str:
+        """The value of the next hotplug line starting with `prefix` (PCI_EJECT, CPU_ADDED, ...):
+        "0:6" for a PCI slot, "2" for a vCPU."""
+        self.read_until(prefix, timeout=timeout)
+        return self.read_until(b"\r\n", timeout=timeout)[:-2].decode()
 
     def wait_ready(self, timeout: float = 10.0) -> bytes:
         """The next boot's KCH-GUEST-READY (a client that connects after the boot misses it:

@@ -3,8 +3,9 @@
  * does not boot. Loaded by cloud-hypervisor as its firmware or kernel payload (an ELF with a PVH
  * entry note), it prints a marker on COM1, echoes what it reads there, acts on the commands
  * below and on the ACPI power button, and otherwise idles in `hlt` with interrupts on (no
- * polling: it costs no CPU while nothing happens). On PVM it runs under KVM's instruction
- * emulator, which limits it to instructions the emulator knows (no iret: see `idle`).
+ * polling: it costs no CPU while nothing happens). It also acknowledges hotplug as a Linux guest
+ * does (below). On PVM it runs under KVM's instruction emulator, which limits it to
+ * instructions the emulator knows (no iret: see `idle`).
  *
  * Console protocol (COM1). At every boot it prints
  *     KCH-GUEST-READY
@@ -17,6 +18,9 @@
  *                                    keeps running; KCH-GUEST-NO-PVPANIC when the VM has none
  *     ~i  KCH-GUEST-IGNORING-ACPI    ignores the power button from now on (until the next boot)
  *     ~a  KCH-GUEST-HONOURING-ACPI   honours it again
+ *     ~x  KCH-GUEST-IGNORING-EJECT   ignores hot-unplug requests (PCI devices, vCPUs) from now on
+ *                                    (until the next boot): it acknowledges them but never ejects
+ *     ~y  KCH-GUEST-HONOURING-EJECT  ejects again what is asked from now on
  *     ~h  KCH-GUEST-HELLO            nothing else: tells a client the guest is up and hears it
  *     ~e  KCH-GUEST-EMULATION-FAILURE  jumps to an address that is not RAM, so the vCPU fails
  *                                    (KVM cannot fetch instructions from MMIO: KVM_EXIT_INTERNAL_ERROR,
@@ -25,7 +29,24 @@
  * The power button prints KCH-GUEST-POWER-BUTTON and powers off, or, while ignoring ACPI,
  * prints KCH-GUEST-POWER-BUTTON-IGNORED and carries on. Without a GED in the DSDT it prints
  * KCH-GUEST-NO-GED once at boot, before the marker. An unexpected CPU exception prints
- * KCH-GUEST-EXCEPTION and halts.
+ * KCH-GUEST-EXCEPTION <vector> and halts.
+ *
+ * Hotplug, as a Linux guest's ACPI does it on Cloud Hypervisor (the DSDT's methods, done here
+ * directly), on the GED's notifications:
+ *   PCI (GED bit 2, \_SB_.PHPR.PSCN -> PCNT of each segment): for each PCI segment, select it
+ *     (PSEG), read the slots added (PCIU) and those to eject (PCID; reads clear them). An added
+ *     slot prints `KCH-GUEST-PCI-ADDED <segment>:<slot>` (Linux would probe the device); a slot to
+ *     eject prints `KCH-GUEST-PCI-EJECT <segment>:<slot>` and is ejected as Linux's acpiphp does
+ *     through the slot's _EJ0 (-> PCEJ: PSEG, then its bit to B0EJ), after which the VMM drops
+ *     the device and reports `vm:device-removed`; while ignoring ejects it prints
+ *     `KCH-GUEST-PCI-EJECT-IGNORED <segment>:<slot>` instead.
+ *   vCPUs (GED bit 0, \_SB_.CPUS.CSCN): for each vCPU (as many as the MADT lists), select it
+ *     (CSEL) and read its status: one being inserted is acknowledged (CINS) and prints
+ *     `KCH-GUEST-CPU-ADDED <id>` (Linux would start it; here it stays waiting for its SIPI); one
+ *     being removed is acknowledged (CRMV), prints `KCH-GUEST-CPU-EJECT <id>` and is ejected as
+ *     Linux does once it has offlined it (its _EJ0 -> CEJ0), after which the VMM stops its thread
+ *     and accepts the next resize (until then it answers 429); while ignoring ejects it prints
+ *     `KCH-GUEST-CPU-EJECT-IGNORED <id>` instead, and the removal stays pending.
  *
  * Boot state (cloud-hypervisor arch/src/x86_64/regs.rs@v53, PVH): 32-bit protected mode, flat
  * segments, paging off, interrupts off, %ebx = hvm_start_info (rsdp_paddr at +32); no stack.
@@ -35,9 +56,26 @@
  * APIC at 0xfee00000 (xAPIC mode below 255 vCPUs, arch/src/x86_64/layout.rs); the ACPI GED's
  * MMIO address and GSI are allocated at run time, so they are read from the DSDT: _SB_.GEC_'s
  * QWord memory resource and _SB_.GED_'s extended interrupt resource (acpi.rs AcpiGedDevice);
- * reading the GED's byte returns the pending events and clears them, bit 3 = power button
- * (devices/src/lib.rs AcpiNotificationFlags::POWER_BUTTON_CHANGED); pvpanic is PCI 1b36:0011
- * with a 32-bit memory BAR0 (devices/src/pvpanic.rs), found through the 0xcf8/0xcfc ports.
+ * reading the GED's byte returns the pending events and clears them: bit 0 vCPUs, bit 2 PCI
+ * devices, bit 3 power button (devices/src/lib.rs AcpiNotificationFlags); pvpanic is PCI
+ * 1b36:0011 with a 32-bit memory BAR0 (devices/src/pvpanic.rs), found through the 0xcf8/0xcfc
+ * ports. The PCI hotplug controller (vmm/src/device_manager.rs: \_SB_.PHPR, dword registers PCIU
+ * +0, PCID +4, B0EJ +8, PSEG +12) and the CPU hotplug controller (vmm/src/cpu.rs: \_SB_.PRES,
+ * CSEL dword at +0, a status byte at +4: bit 1 inserting, bit 2 removing, bit 3 eject) are also
+ * MMIO allocated at run time: each device's QWord memory resource in the DSDT (found by its
+ * definition, `_SB_.PHPR` after a DualNamePrefix: references use three-part names). The vCPUs
+ * are the MADT's local (x2)APIC entries (one per possible vCPU), the PCI segments the MCFG's
+ * entries (vmm/src/acpi.rs).
+ *
+ * Paging. Cloud Hypervisor allocates these platform devices (GED and hotplug controllers) in
+ * the last MiB of the guest's physical address space (vmm/src/memory_manager.rs: 1 << phys_bits
+ * less PLATFORM_DEVICE_AREA_SIZE), far above 4 GiB, where a 32-bit guest without paging cannot
+ * reach (its accesses to the truncated address hit nothing: Cloud Hypervisor logs "Guest MMIO
+ * read from unregistered address"). So the guest turns on IA-32e paging (PVM refuses 32-bit PAE
+ * paging with a #GP on CR0.PG) with 2 MiB pages: the low 4 GiB mapped to themselves, and each
+ * platform device through a window at 2 GiB (`mmio_window`). Its code runs on in compatibility
+ * mode (a 32-bit code segment); interrupt gates are 64-bit, so each handler is entered through a
+ * 64-bit stub that far-returns to it.
  */
     .section .note.pvh, "a", @note
     .balign 4
@@ -64,12 +102,26 @@
     .set VEC_SERIAL, 0x24
     .set VEC_GED, 0x30
     .set VEC_SPURIOUS, 0xff
+    .set GED_CPU, 1
+    .set GED_PCI, 4
     .set GED_POWER_BUTTON, 8
+    .set PHPR_PCIU, 0
+    .set PHPR_PCID, 4
+    .set PHPR_B0EJ, 8
+    .set PHPR_PSEG, 12
+    .set PRES_CSEL, 0
+    .set PRES_STATUS, 4
+    .set CPU_INSERTING, 2
+    .set CPU_REMOVING, 4
+    .set CPU_EJECT, 8
     .set PCI_ADDRESS, 0xcf8
     .set PCI_DATA, 0xcfc
     .set PVPANIC_ID, 0x00111b36   /* device 0x0011 << 16 | vendor 0x1b36 */
     .set PVPANIC_PANICKED, 1
+    .set MMIO_WINDOWS, 0x80000000  /* virtual: 2 GiB up */
+    .set MMIO_WINDOW_COUNT, 8
     .set CODE, 0x08
+    .set CODE64, 0x18
     .set DATA, 0x10
 
     .text
@@ -94,8 +146,10 @@ _start:
     rep stosb
     mov $stack_top, %esp
     mov %ebp, start_info
+    call map_low
+    call find_devices
+    call paging_on
     call setup_idt
-    call find_ged
     call setup_apics
     call setup_uart
     mov $msg_ready, %esi
@@ -113,34 +167,63 @@ idle:
 
 /* --- interrupts -------------------------------------------------------------------------- */
 
-/* setup_idt: 256 32-bit interrupt gates: exceptions, COM1, GED, spurious, and EOI for the rest. */
+/* setup_idt: 256 64-bit interrupt gates (IA-32e mode has no others): exceptions, COM1, GED,
+   spurious, and EOI for the rest. Each gate enters a 64-bit stub (a gate's code segment must be
+   64-bit) that goes on to the handler in compatibility mode with a far return. */
 setup_idt:
     mov $idt, %edi
     xor %ecx, %ecx
-1:  mov $isr_default, %eax
+1:  mov $stub_default, %eax
     cmp $32, %ecx
     jae 2f
-    mov $isr_exception, %eax
+    mov %ecx, %eax              /* exception N: its stub, 32 bytes each */
+    shl $5, %eax
+    add $exception_stubs, %eax
 2:  cmp $VEC_SERIAL, %ecx
     jne 3f
-    mov $isr_serial, %eax
+    mov $stub_serial, %eax
 3:  cmp $VEC_GED, %ecx
     jne 4f
-    mov $isr_ged, %eax
+    mov $stub_ged, %eax
 4:  cmp $VEC_SPURIOUS, %ecx
     jne 5f
-    mov $isr_spurious, %eax
+    mov $stub_spurious, %eax
 5:  mov %ax, (%edi)             /* offset 15:0 */
-    movw $CODE, 2(%edi)         /* selector */
-    movw $0x8e00, 4(%edi)       /* present, DPL 0, 32-bit interrupt gate */
+    movw $CODE64, 2(%edi)       /* selector */
+    movw $0x8e00, 4(%edi)       /* present, DPL 0, 64-bit interrupt gate, no IST */
     shr $16, %eax
     mov %ax, 6(%edi)            /* offset 31:16 */
-    add $8, %edi
+    movl $0, 8(%edi)            /* offset 63:32 */
+    movl $0, 12(%edi)
+    add $16, %edi
     inc %ecx
     cmp $256, %ecx
     jb 1b
     lidt idt_desc
     ret
+
+/* The 64-bit stubs: to the handler, in compatibility mode (CS = CODE), by a far return. */
+    .code64
+    .macro to_compat handler
+    pushq $CODE
+    pushq $\handler
+    lretq
+    .endm
+stub_serial:   to_compat isr_serial
+stub_ged:      to_compat isr_ged
+stub_default:  to_compat isr_default
+stub_spurious: to_compat isr_spurious
+/* One per exception vector: it notes the vector for isr_exception. */
+    .balign 32
+exception_stubs:
+    .set vector, 0
+    .rept 32
+    .balign 32
+    movb $vector, exception_vector
+    to_compat isr_exception
+    .set vector, vector + 1
+    .endr
+    .code32
 
 /* setup_apics: local APIC on (spurious vector 0xff), COM1 and the GED routed to it, edge. */
 setup_apics:
@@ -195,16 +278,23 @@ isr_serial:
 isr_ged:
     mov ged_addr, %ebx
     movb (%ebx), %al            /* the pending events; reading clears them */
-    test $GED_POWER_BUTTON, %al
+    movb %al, ged_events
+    test $GED_CPU, %al
+    jz 1f
+    call cpu_scan
+1:  testb $GED_PCI, ged_events
     jz 2f
+    call pci_scan
+2:  testb $GED_POWER_BUTTON, ged_events
+    jz 4f
     cmpb $0, ignore_acpi
-    jne 1f
+    jne 3f
     mov $msg_power_button, %esi
     call puts
     jmp poweroff
-1:  mov $msg_power_button_ignored, %esi
+3:  mov $msg_power_button_ignored, %esi
     call puts
-2:  call eoi
+4:  call eoi
     jmp idle
 
 isr_default:
@@ -216,6 +306,10 @@ isr_spurious:                   /* no EOI for the spurious vector */
 
 isr_exception:
     mov $msg_exception, %esi
+    call puts
+    movzbl exception_vector, %eax
+    call putdec
+    mov $msg_crlf, %esi
     call puts
 halt:
     cli
@@ -269,6 +363,10 @@ command:
     je cmd_hello
     cmp $'e', %al
     je cmd_emulation_failure
+    cmp $'x', %al
+    je cmd_ignore_eject
+    cmp $'y', %al
+    je cmd_honour_eject
     mov $msg_unknown, %esi
     jmp puts
 
@@ -323,12 +421,174 @@ cmd_hello:
 /* The 32-bit device area (0xc0000000 + 640 MiB: PCI BARs, never RAM; cloud-hypervisor
    arch/src/x86_64/layout.rs@v53 MEM_32BIT_DEVICES_START): KVM's emulator cannot fetch an
    instruction there and, the guest being at CPL 0, exits with an emulation failure
-   (KVM_EXIT_INTERNAL_ERROR), which cloud-hypervisor treats as a vCPU error. */
+   (KVM_EXIT_INTERNAL_ERROR), which cloud-hypervisor treats as a vCPU error. With paging on,
+   that address is still itself: map_low maps the low 4 GiB to themselves (the MMIO windows
+   are at 2 GiB). */
 cmd_emulation_failure:
     mov $msg_emulation_failure, %esi
     call puts
     mov $0xd0000000, %eax
     jmp *%eax
+
+cmd_ignore_eject:
+    movb $1, ignore_eject
+    mov $msg_ignoring_eject, %esi
+    jmp puts
+
+cmd_honour_eject:
+    movb $0, ignore_eject
+    mov $msg_honouring_eject, %esi
+    jmp puts
+
+/* --- hotplug ------------------------------------------------------------------------------ */
+
+/* pci_scan: \_SB_.PHPR.PSCN: for each PCI segment, PCNT: select it, report the slots added,
+   eject those to eject (see the header). */
+pci_scan:
+    cmpl $0, phpr_addr
+    je 9f
+    movl $0, cur_seg
+1:  mov cur_seg, %eax
+    cmp pci_segments, %eax
+    jae 9f
+    mov phpr_addr, %ebx
+    mov %eax, PHPR_PSEG(%ebx)   /* choose the segment */
+    mov PHPR_PCIU(%ebx), %eax   /* the slots added; the read clears them */
+    mov %eax, slots
+    movl $0, cur_slot
+2:  mov slots, %eax
+    test %eax, %eax
+    jz 3f
+    shrl $1, slots
+    test $1, %eax
+    jz 21f
+    mov $msg_pci_added, %esi
+    call put_slot
+21: incl cur_slot
+    jmp 2b
+3:  mov phpr_addr, %ebx
+    mov PHPR_PCID(%ebx), %eax   /* the slots to eject; the read clears them */
+    mov %eax, slots
+    movl $0, cur_slot
+4:  mov slots, %eax
+    test %eax, %eax
+    jz 8f
+    shrl $1, slots
+    test $1, %eax
+    jz 7f
+    cmpb $0, ignore_eject
+    jne 6f
+    mov $msg_pci_eject, %esi
+    call put_slot
+    mov phpr_addr, %ebx         /* the slot's _EJ0 -> PCEJ(slot, segment) */
+    mov cur_seg, %eax
+    mov %eax, PHPR_PSEG(%ebx)
+    mov cur_slot, %ecx
+    mov $1, %eax
+    shl %cl, %eax
+    mov %eax, PHPR_B0EJ(%ebx)   /* the VMM ejects the device before this returns */
+    jmp 7f
+6:  mov $msg_pci_eject_ignored, %esi
+    call put_slot
+7:  incl cur_slot
+    jmp 4b
+8:  incl cur_seg
+    jmp 1b
+9:  ret
+
+/* put_slot: the message at %esi, then "<segment>:<slot>" and a line end. */
+put_slot:
+    call puts
+    mov cur_seg, %eax
+    call putdec
+    mov $':', %al
+    call putc
+    mov cur_slot, %eax
+    call putdec
+    mov $msg_crlf, %esi
+    jmp puts
+
+/* cpu_scan: \_SB_.CPUS.CSCN: for each vCPU, select it, acknowledge an insertion, acknowledge
+   and eject a removal (see the header). */
+cpu_scan:
+    cmpl $0, pres_addr
+    je 9f
+    movl $0, cur_cpu
+1:  mov cur_cpu, %eax
+    cmp max_cpus, %eax
+    jae 9f
+    mov pres_addr, %ebx
+    mov %eax, PRES_CSEL(%ebx)   /* choose the vCPU */
+    movb PRES_STATUS(%ebx), %al
+    movb %al, cpu_status
+    test $CPU_INSERTING, %al
+    jz 2f
+    movb $CPU_INSERTING, PRES_STATUS(%ebx)   /* CINS = 1: insertion seen */
+    mov $msg_cpu_added, %esi
+    call put_cpu
+2:  testb $CPU_REMOVING, cpu_status
+    jz 5f
+    mov pres_addr, %ebx
+    movb $CPU_REMOVING, PRES_STATUS(%ebx)    /* CRMV = 1: removal request seen */
+    cmpb $0, ignore_eject
+    jne 4f
+    mov $msg_cpu_eject, %esi
+    call put_cpu
+    mov pres_addr, %ebx         /* its _EJ0 -> CEJ0(id): select it, CEJ0 = 1 */
+    mov cur_cpu, %eax
+    mov %eax, PRES_CSEL(%ebx)
+    movb $CPU_EJECT, PRES_STATUS(%ebx)       /* the VMM stops that vCPU before this returns */
+    jmp 5f
+4:  mov $msg_cpu_eject_ignored, %esi
+    call put_cpu
+5:  incl cur_cpu
+    jmp 1b
+9:  ret
+
+/* put_cpu: the message at %esi, then the vCPU's id and a line end. */
+put_cpu:
+    call puts
+    mov cur_cpu, %eax
+    call putdec
+    mov $msg_crlf, %esi
+    jmp puts
+
+/* putdec: %eax (below 1000) in decimal on COM1, by subtraction (no div). Clobbers eax, ebx,
+   ecx, edx. */
+putdec:
+    push %edi
+    mov %eax, %ebx              /* what is left: the units, in the end */
+    xor %ecx, %ecx              /* hundreds */
+1:  cmp $100, %ebx
+    jb 2f
+    sub $100, %ebx
+    inc %ecx
+    jmp 1b
+2:  xor %edi, %edi              /* tens */
+3:  cmp $10, %ebx
+    jb 4f
+    sub $10, %ebx
+    inc %edi
+    jmp 3b
+4:  test %ecx, %ecx
+    jz 5f
+    lea '0'(%ecx), %eax
+    call putc
+    jmp 6f                      /* after the hundreds, the tens even when 0 */
+5:  test %edi, %edi
+    jz 7f
+6:  lea '0'(%edi), %eax
+    call putc
+7:  lea '0'(%ebx), %eax
+    call putc
+    pop %edi
+    ret
+
+/* putc: %al on COM1. Clobbers %dx. */
+putc:
+    mov $COM1, %dx
+    out %al, %dx
+    ret
 
 /* puts: writes the NUL-terminated string at %esi to COM1. */
 puts:
@@ -377,62 +637,38 @@ find_pvpanic:
     out %eax, %dx
     ret
 
-/* find_ged: ged_addr and ged_irq from the DSDT (left 0 when not found, said on COM1). The RSDP
-   comes from hvm_start_info, else from a scan of the BIOS area; then the XSDT (or RSDT), the
-   FADT, its X_DSDT (or DSDT). */
-find_ged:
-    mov start_info, %esi
-    mov 32(%esi), %esi          /* rsdp_paddr, low half */
-    test %esi, %esi
-    jz 1f
-    call is_rsdp
-    je 3f
-1:  mov $0xe0000, %esi
-2:  call is_rsdp
-    je 3f
-    add $16, %esi
-    cmp $0x100000, %esi
-    jb 2b
-    jmp no_ged
-3:  mov $4, %ebx                /* RSDT entries are 32-bit */
-    mov 16(%esi), %edi
-    cmpb $2, 15(%esi)           /* revision 2+: the XSDT, 64-bit entries */
-    jb 4f
-    mov $8, %ebx
-    mov 24(%esi), %edi
-4:  mov 4(%edi), %edx
-    add %edi, %edx              /* end of the table */
-    add $36, %edi               /* past the header */
-5:  cmp %edx, %edi
-    jae no_ged
-    mov (%edi), %eax
-    cmpl $0x50434146, (%eax)    /* "FACP" */
-    je 6f
-    add %ebx, %edi
-    jmp 5b
-6:  mov 40(%eax), %esi          /* DSDT */
+/* find_devices: what the ACPI tables say: the GED's address and GSI, the PCI and CPU hotplug
+   controllers' addresses (DSDT), the number of vCPUs (MADT) and of PCI segments (MCFG). Without
+   a GED (said on COM1) nothing is notified, so nothing else is looked for. */
+find_devices:
+    call find_acpi
+    mov $0x50434146, %eax       /* "FACP" */
+    call find_table
+    test %eax, %eax
+    jz no_ged
+    mov 40(%eax), %esi          /* DSDT */
     cmpl $148, 4(%eax)
-    jb 7f
+    jb 1f
     mov 140(%eax), %ecx         /* X_DSDT, low half */
     test %ecx, %ecx
-    jz 7f
+    jz 1f
     mov %ecx, %esi
-7:  mov 4(%esi), %edx
+1:  mov %esi, dsdt
+    mov 4(%esi), %edx
     add %esi, %edx              /* end of the DSDT */
+    mov %edx, dsdt_end
     mov $0x5f434547, %eax       /* "GEC_" */
     mov $0xffffffff, %ecx
     call find
     test %esi, %esi
     jz no_ged
-    mov %esi, %edi
-    mov $0x00002b8a, %eax       /* QWord address space descriptor, length 43 */
-    mov $0x00ffffff, %ecx
-    call find
-    test %esi, %esi
+    mov %esi, gec_at
+    call device_window          /* the GED's registers */
+    test %eax, %eax
     jz no_ged
-    mov 14(%esi), %eax          /* its minimum: the GED's address */
     mov %eax, ged_addr
-    mov %edi, %esi
+    mov gec_at, %esi
+    mov dsdt_end, %edx
     mov $0x5f444547, %eax       /* "GED_" */
     mov $0xffffffff, %ecx
     call find
@@ -445,12 +681,216 @@ find_ged:
     jz no_ged
     mov 5(%esi), %eax           /* its (only) interrupt number */
     mov %eax, ged_irq
+    mov $0x52504850, %eax       /* "PHPR": the PCI hotplug controller */
+    call find_device
+    call device_window
+    mov %eax, phpr_addr
+    mov $0x53455250, %eax       /* "PRES": the CPU hotplug controller */
+    call find_device
+    call device_window
+    mov %eax, pres_addr
+    call count_cpus
+    call count_segments
     ret
 no_ged:
     movl $0, ged_addr
     movl $0, ged_irq
     mov $msg_no_ged, %esi
     jmp puts
+
+/* find_acpi: root_table and root_step: the XSDT (8-byte entries) or RSDT (4) of the RSDP from
+   hvm_start_info, else from a scan of the BIOS area; root_table stays 0 without one. */
+find_acpi:
+    mov start_info, %esi
+    mov 32(%esi), %esi          /* rsdp_paddr, low half */
+    test %esi, %esi
+    jz 1f
+    call is_rsdp
+    je 3f
+1:  mov $0xe0000, %esi
+2:  call is_rsdp
+    je 3f
+    add $16, %esi
+    cmp $0x100000, %esi
+    jb 2b
+    ret
+3:  movl $4, root_step          /* RSDT entries are 32-bit */
+    mov 16(%esi), %eax
+    cmpb $2, 15(%esi)           /* revision 2+: the XSDT, 64-bit entries */
+    jb 4f
+    movl $8, root_step
+    mov 24(%esi), %eax
+4:  mov %eax, root_table
+    ret
+
+/* find_table: %eax = the ACPI table whose signature is %eax, 0 if there is none. Clobbers
+   %ecx, %edx, %edi. */
+find_table:
+    mov root_table, %edi
+    test %edi, %edi
+    jz 3f
+    mov 4(%edi), %edx
+    add %edi, %edx              /* end of the table */
+    add $36, %edi               /* past the header */
+1:  cmp %edx, %edi
+    jae 3f
+    mov (%edi), %ecx
+    cmp %eax, (%ecx)
+    je 2f
+    add root_step, %edi
+    jmp 1b
+2:  mov %ecx, %eax
+    ret
+3:  xor %eax, %eax
+    ret
+
+/* find_device: %esi = where the DSDT defines device \_SB_.<the name in %eax>: its name after
+   "_SB_" and a DualNamePrefix (0x2e; references to it are three-part names), 0 if nowhere.
+   Clobbers %ebx, %ecx, %edx, %edi. */
+find_device:
+    mov %eax, %edi
+    mov dsdt, %esi
+    add $36, %esi
+    mov dsdt_end, %edx
+1:  mov %edi, %eax
+    mov $0xffffffff, %ecx
+    call find
+    test %esi, %esi
+    jz 2f
+    cmpl $0x5f42535f, -4(%esi)  /* "_SB_" */
+    jne 3f
+    cmpb $0x2e, -5(%esi)
+    je 2f
+3:  inc %esi
+    jmp 1b
+2:  ret
+
+/* device_window: %eax = a virtual address for the device whose definition is at %esi in the
+   DSDT: the minimum of the first QWord address space descriptor after it (its _CRS), mapped by
+   mmio_window; 0 when %esi is 0 or there is none. Clobbers %ebx, %ecx, %edx, %esi, %edi. */
+device_window:
+    xor %eax, %eax
+    test %esi, %esi
+    jz 1f
+    mov dsdt_end, %edx
+    mov $0x00002b8a, %eax       /* QWord address space descriptor, length 43 */
+    mov $0x00ffffff, %ecx
+    call find
+    xor %eax, %eax
+    test %esi, %esi
+    jz 1f
+    mov 14(%esi), %eax          /* the minimum, low half */
+    mov 18(%esi), %edx          /* and high half */
+    call mmio_window
+1:  ret
+
+/* mmio_window: %eax = a virtual address for the physical address %edx:%eax, through the next
+   free 2 MiB window from MMIO_WINDOWS (0 when all are used). Cloud Hypervisor puts its platform
+   devices (GED, hotplug controllers) in the last MiB of the physical address space, above
+   4 GiB, which the guest reaches only through paging. The windows hide the identity mapping of
+   a range the guest never uses (at most RAM it does not touch). Called before paging is on.
+   Clobbers %ecx, %edi. */
+mmio_window:
+    mov windows_used, %ecx
+    cmp $MMIO_WINDOW_COUNT, %ecx
+    jae 1f
+    lea page_dirs + (MMIO_WINDOWS >> 21) * 8(,%ecx,8), %edi
+    push %eax
+    and $0xffe00000, %eax
+    or $0x9b, %eax              /* present, writable, uncached, 2 MiB */
+    mov %eax, (%edi)
+    mov %edx, 4(%edi)           /* physical address bits 32 and up */
+    pop %eax
+    and $0x1fffff, %eax         /* the offset in the page */
+    shl $21, %ecx
+    add $MMIO_WINDOWS, %ecx
+    add %ecx, %eax
+    incl windows_used
+    ret
+1:  xor %eax, %eax
+    ret
+
+/* map_low: PAE page tables with 2 MiB pages mapping the low 4 GiB to themselves (the image,
+   the ACPI tables, the IOAPIC, the LAPIC, 32-bit PCI BARs); mmio_window then replaces some. */
+map_low:
+    mov $page_dirs, %edi
+    mov $0x83, %eax             /* physical 0, present, writable, 2 MiB */
+    mov $2048, %ecx
+1:  mov %eax, (%edi)
+    movl $0, 4(%edi)
+    add $0x200000, %eax
+    add $8, %edi
+    dec %ecx
+    jnz 1b
+    movl $pdpt + 3, pml4
+    movl $0, pml4 + 4
+    mov $pdpt, %edi
+    mov $page_dirs + 3, %eax    /* present */
+    mov $4, %ecx
+2:  mov %eax, (%edi)
+    movl $0, 4(%edi)
+    add $4096, %eax
+    add $8, %edi
+    dec %ecx
+    jnz 2b
+    ret
+
+/* paging_on: IA-32e mode on the tables map_low and mmio_window made (CR4.PAE, EFER.LME,
+   CR0.PG). The code goes on in compatibility mode (CS stays the 32-bit CODE); PVM refuses
+   32-bit PAE paging (#GP on CR0.PG) but runs IA-32e mode. */
+paging_on:
+    mov $pml4, %eax
+    mov %eax, %cr3
+    mov %cr4, %eax
+    or $0x20, %eax              /* CR4.PAE */
+    mov %eax, %cr4
+    mov $0xc0000080, %ecx       /* EFER */
+    rdmsr
+    or $0x100, %eax             /* LME */
+    wrmsr
+    mov %cr0, %eax
+    or $0x80000000, %eax        /* CR0.PG */
+    mov %eax, %cr0
+    ret
+
+/* count_cpus: max_cpus = the MADT's processor local APIC and x2APIC entries (one per possible
+   vCPU, enabled or not). */
+count_cpus:
+    mov $0x43495041, %eax       /* "APIC" */
+    call find_table
+    xor %ecx, %ecx
+    test %eax, %eax
+    jz 4f
+    mov 4(%eax), %edx
+    add %eax, %edx              /* end of the table */
+    lea 44(%eax), %esi          /* past the header, local APIC address and flags */
+1:  cmp %edx, %esi
+    jae 4f
+    movzbl 1(%esi), %edi        /* the entry's length */
+    test %edi, %edi
+    jz 4f
+    cmpb $9, (%esi)             /* processor local x2APIC */
+    je 2f
+    cmpb $0, (%esi)             /* processor local APIC */
+    jne 3f
+2:  inc %ecx
+3:  add %edi, %esi
+    jmp 1b
+4:  mov %ecx, max_cpus
+    ret
+
+/* count_segments: pci_segments = the MCFG's entries (16 bytes each after 44), 1 without one. */
+count_segments:
+    mov $0x4746434d, %eax       /* "MCFG" */
+    call find_table
+    mov $1, %ecx
+    test %eax, %eax
+    jz 1f
+    mov 4(%eax), %ecx
+    sub $44, %ecx
+    shr $4, %ecx
+1:  mov %ecx, pci_segments
+    ret
 
 /* is_rsdp: ZF set when %esi points at "RSD PTR ". */
 is_rsdp:
@@ -479,11 +919,12 @@ gdt:
     .quad 0
     .quad 0x00cf9a000000ffff    /* CODE: 32-bit, flat, execute/read */
     .quad 0x00cf92000000ffff    /* DATA: flat, read/write */
+    .quad 0x00af9a000000ffff    /* CODE64: 64-bit, execute/read (interrupt gates) */
 gdt_desc:
     .word gdt_desc - gdt - 1
     .long gdt
 idt_desc:
-    .word 256 * 8 - 1
+    .word 256 * 16 - 1
     .long idt
 no_idt:
     .word 0
@@ -503,16 +944,48 @@ msg_unknown:               .asciz "KCH-GUEST-UNKNOWN-COMMAND\r\n"
 msg_power_button:          .asciz "KCH-GUEST-POWER-BUTTON\r\n"
 msg_power_button_ignored:  .asciz "KCH-GUEST-POWER-BUTTON-IGNORED\r\n"
 msg_no_ged:                .asciz "KCH-GUEST-NO-GED\r\n"
-msg_exception:             .asciz "KCH-GUEST-EXCEPTION\r\n"
+msg_ignoring_eject:        .asciz "KCH-GUEST-IGNORING-EJECT\r\n"
+msg_honouring_eject:       .asciz "KCH-GUEST-HONOURING-EJECT\r\n"
+msg_pci_added:             .asciz "KCH-GUEST-PCI-ADDED "
+msg_pci_eject:             .asciz "KCH-GUEST-PCI-EJECT "
+msg_pci_eject_ignored:     .asciz "KCH-GUEST-PCI-EJECT-IGNORED "
+msg_cpu_added:             .asciz "KCH-GUEST-CPU-ADDED "
+msg_cpu_eject:             .asciz "KCH-GUEST-CPU-EJECT "
+msg_cpu_eject_ignored:     .asciz "KCH-GUEST-CPU-EJECT-IGNORED "
+msg_crlf:                  .asciz "\r\n"
+msg_exception:             .asciz "KCH-GUEST-EXCEPTION "
 
     .bss
     .balign 16
 start_info:  .long 0
 ged_addr:    .long 0
 ged_irq:     .long 0
+gec_at:      .long 0
+windows_used: .long 0
+root_table:  .long 0
+root_step:   .long 0
+dsdt:        .long 0
+dsdt_end:    .long 0
+phpr_addr:   .long 0            /* the PCI hotplug controller */
+pres_addr:   .long 0            /* the CPU hotplug controller */
+max_cpus:    .long 0
+pci_segments: .long 0
+cur_seg:     .long 0            /* the scans' state (interrupts are off while they run) */
+cur_slot:    .long 0
+slots:       .long 0
+cur_cpu:     .long 0
 tilde:       .byte 0
 ignore_acpi: .byte 0
+ignore_eject: .byte 0
+ged_events:  .byte 0
+exception_vector: .byte 0
+cpu_status:  .byte 0
     .balign 16
-idt:         .space 256 * 8
+idt:         .space 256 * 16
+    .balign 4096
+page_dirs:   .space 4 * 4096    /* 4 page directories: 2048 PDEs of 2 MiB, the low 4 GiB */
+    .balign 4096
+pdpt:        .space 4096
+pml4:        .space 4096
     .space 4096
 stack_top:

@@ -1,6 +1,7 @@
 """The tiny guest really runs on the real cloud-hypervisor and does what guest.S promises: its
-marker and echo on COM1, every console command, the ACPI power button, and idling without
-burning CPU. Each story boots it in a VMM of its own; the launcher's stories use it in turn
+marker and echo on COM1, every console command, the ACPI power button, hot-added and removed PCI
+devices and vCPUs acknowledged and ejected as a Linux guest does, and idling without burning
+CPU. Each story boots it in a VMM of its own; the launcher's stories use it in turn
 (tests/functional/test_launcher_stories.py)."""
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from ch_launcher.ch.process import VmmProcess
 from tests import real_vmm
 from tests.contract.harness import EventLog
 from tests.guest.build import guest_payload
-from tests.guest.console import COMMANDS, POWER_BUTTON, POWER_BUTTON_IGNORED, READY, GuestConsole, GuestTimeout
+from tests.guest.console import (
+    COMMANDS, CPU_ADDED, CPU_EJECT, CPU_EJECT_IGNORED, PCI_ADDED, PCI_EJECT, PCI_EJECT_IGNORED, POWER_BUTTON,
+    POWER_BUTTON_IGNORED, READY, GuestConsole, GuestTimeout,
+)
 
 pytestmark = pytest.mark.real_vmm
 
@@ -35,9 +39,11 @@ def cpu_seconds(pid: int) -> float:
 class Booted:
     """A real VMM running the tiny guest, its event log and a console on its serial socket."""
 
-    def __init__(self, directory: str, *, pvpanic: bool = True, no_shutdown: bool = False) -> None:
+    def __init__(self, directory: str, *, pvpanic: bool = True, no_shutdown: bool = False,
+                 cpus: tuple[int, int] = (1, 1)) -> None:
         self.fifo = open_event_fifo(os.path.join(directory, "events"))
         self.serial = os.path.join(directory, "serial.sock")
+        self.log_file = os.path.join(directory, "ch.log")
         self.vmm = VmmProcess.spawn(real_vmm.binary(), api_socket=os.path.join(directory, "api.sock"),
                                     event_monitor=self.fifo.path, log_file=os.path.join(directory, "ch.log"),
                                     no_shutdown=no_shutdown)
@@ -47,7 +53,7 @@ class Booted:
             self.vmm.wait_ready(10.0)
             self.vmm.client.create({
                 "payload": {"firmware": str(guest_payload())},
-                "cpus": {"boot_vcpus": 1, "max_vcpus": 1},
+                "cpus": {"boot_vcpus": cpus[0], "max_vcpus": cpus[1]},
                 "memory": {"size": 64 << 20},
                 "serial": {"mode": "Socket", "socket": self.serial},
                 "console": {"mode": "Off"},
@@ -105,12 +111,20 @@ def test_it_prints_its_marker_echoes_and_idles_without_burning_cpu(new_guest):
     assert used < 0.1, f"the idle guest's VMM used {used:.2f} s of CPU in 1 s"
 
 
+def unregistered_accesses(g: Booted) -> list[str]:
+    """What the guest touched where no device is: Cloud Hypervisor logs each such access."""
+    with open(g.log_file, errors="replace") as f:
+        return [line for line in f if "unregistered address" in line]
+
+
 def test_the_acpi_power_button_powers_it_off_and_the_vmm_exits(new_guest):
     g = new_guest()
     g.console.hello()
     g.vmm.client.power_button()
     g.console.read_until(POWER_BUTTON)
     assert g.vmm.wait(10.0) == 0, g.vmm.log_tail()
+    # it read the GED's event byte where the GED is (above 4 GiB, through its paging window)
+    assert unregistered_accesses(g) == []
 
 
 def test_a_guest_told_to_ignore_acpi_ignores_the_power_button_until_told_otherwise(new_guest):
@@ -203,3 +217,78 @@ def test_the_marker_is_printed_at_every_boot(new_guest):
     g.events.wait_for("vm:rebooted", after_mark=False)  # then CH has a new serial socket
     g.console.reconnect()
     assert READY in g.console.read_until(READY)  # CH kept what the guest printed meanwhile
+
+
+# --- hotplug: what a Linux guest's ACPI does -------------------------------------------------
+
+def hot_disk(g: Booted, name: str = "hot") -> tuple[str, str]:
+    """A disk added to the running VM: (its bdf, the slot the guest reports, "0:<device>")."""
+    path = os.path.join(os.path.dirname(g.serial), f"{name}.img")
+    with open(path, "wb") as f:
+        f.truncate(1 << 20)
+    info = g.vmm.client.add_disk({"id": name, "path": path, "image_type": "Raw"})
+    assert info is not None
+    return info.bdf, f"0:{int(info.bdf.split(':')[2].split('.')[0], 16)}"
+
+
+def test_a_hot_added_device_is_seen_and_a_removed_one_is_ejected_by_the_guest(new_guest):
+    g = new_guest()
+    g.console.hello()
+    bdf, slot = hot_disk(g)
+    assert g.console.reported(PCI_ADDED) == slot
+    g.events.set_mark()
+    g.vmm.client.remove_device("hot")
+    assert g.console.reported(PCI_EJECT) == slot
+    removed = g.events.wait_for("vm:device-removed")
+    assert removed.properties == {"id": "hot", "bdf": bdf}
+    assert "hot" not in (g.vmm.client.info().device_tree or {})
+    bdf_again, slot_again = hot_disk(g, "again")  # the slot is free again
+    assert g.console.reported(PCI_ADDED) == slot_again and bdf_again == bdf
+    assert unregistered_accesses(g) == []  # every register it used is the hotplug controller's
+
+
+def test_a_guest_told_to_ignore_ejects_keeps_the_device_until_told_otherwise(new_guest):
+    g = new_guest()
+    g.console.hello()
+    g.console.command("ignore-eject")
+    _, slot = hot_disk(g)
+    g.vmm.client.remove_device("hot")
+    assert g.console.reported(PCI_EJECT_IGNORED) == slot
+    g.console.command("hello")  # the guest runs on; the device stays in the VM
+    assert "hot" in (g.vmm.client.info().device_tree or {})
+    assert "vm:device-removed" not in g.events.names()
+    g.console.command("honour-eject")  # the next request is honoured
+    _, other = hot_disk(g, "other")
+    g.events.set_mark()
+    g.vmm.client.remove_device("other")
+    assert g.console.reported(PCI_EJECT) == other
+    assert g.events.wait_for("vm:device-removed").properties["id"] == "other"
+
+
+def test_added_vcpus_are_acknowledged_and_removed_ones_ejected_so_the_next_resize_is_accepted(new_guest):
+    g = new_guest(cpus=(2, 4))
+    g.console.hello()
+    g.vmm.client.resize(desired_vcpus=4)
+    assert [g.console.reported(CPU_ADDED) for _ in range(2)] == ["2", "3"]
+    g.vmm.client.resize(desired_vcpus=1)
+    assert [g.console.reported(CPU_EJECT) for _ in range(3)] == ["1", "2", "3"]
+    # ejected: no removal is pending any more, so a resize is not refused with 429
+    g.vmm.client.resize(desired_vcpus=2)
+    assert g.console.reported(CPU_ADDED) == "1"
+    assert g.vmm.client.info().config["cpus"]["boot_vcpus"] == 2
+    g.console.command("hello")
+    assert unregistered_accesses(g) == []
+
+
+def test_a_vcpu_removal_the_guest_ignores_stays_pending(new_guest):
+    from ch_launcher.ch.api import Conflict
+
+    g = new_guest(cpus=(2, 2))
+    g.console.hello()
+    g.console.command("ignore-eject")
+    g.vmm.client.resize(desired_vcpus=1)
+    assert g.console.reported(CPU_EJECT_IGNORED) == "1"
+    with pytest.raises(Conflict) as refused:  # vCPU 1 is still there, its removal pending
+        g.vmm.client.resize(desired_vcpus=1)
+    assert refused.value.status == 429
+    assert g.vmm.client.info().config["cpus"]["boot_vcpus"] == 1  # the config says what was asked
