@@ -242,7 +242,7 @@ class FakeCloudHypervisor:
         self.lingering = False  # the VMM thread has stopped; the API thread still answers
         self.payload_limit = 4 << 20 if version[0] >= 54 else 51200
         self.acpi_delay = env_seconds("FAKE_CH_ACPI_DELAY", 0.2, allow_never=True)
-        self.vcpu_removal_delay = env_seconds("FAKE_CH_VCPU_REMOVAL_DELAY", 0.1)
+        self.vcpu_removal_delay = env_seconds("FAKE_CH_VCPU_REMOVAL_DELAY", 0.1, allow_never=True)
         self.eject_delay = env_seconds("FAKE_CH_EJECT_DELAY", 0.05, allow_never=True)
         self.virtio_mem_delay = env_seconds("FAKE_CH_VIRTIO_MEM_DELAY", 0.05, allow_never=True)
         self.dirty_pages = env_seconds("FAKE_CH_DIRTY_PAGES", 0.0, what="a number of pages per second") or 0.0

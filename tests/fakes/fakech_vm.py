@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import fcntl
 import json
+import math
 import os
 import struct
 import time
@@ -96,7 +97,7 @@ class Host(Protocol):
     version: tuple[int, int, int]
     no_shutdown: bool
     acpi_delay: float | None  # None: the guest ignores ACPI
-    vcpu_removal_delay: float
+    vcpu_removal_delay: float | None  # None: the guest never offlines removed vCPUs
     eject_delay: float | None  # None: the guest never acknowledges a PCI hot-unplug
     virtio_mem_delay: float | None  # None: the guest has no virtio-mem driver
     dirty_pages: float  # pages a second the running guest writes (FAKE_CH_DIRTY_PAGES)
@@ -597,7 +598,11 @@ class Vmm:
                     raise self.fail("vm.resize", "Error from CPU manager", "Requested vCPUs exceed maximum")
                 if vcpus < present:
                     # The guest removes vCPUs asynchronously; meanwhile another resize gets 429.
-                    vm.vcpu_removal_until = time.monotonic() + self.host.vcpu_removal_delay
+                    delay = self.host.vcpu_removal_delay
+                    if delay is None:
+                        self.host.log("INFO", f"vCPUs {vcpus}..{present - 1}: removal requested; the guest never "
+                                      "offlines them (FAKE_CH_VCPU_REMOVAL_DELAY=never)")
+                    vm.vcpu_removal_until = math.inf if delay is None else time.monotonic() + delay
                     vm.vcpus_present = present
             cpus["boot_vcpus"] = vcpus
         if ram is not None:

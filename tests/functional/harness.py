@@ -28,7 +28,7 @@ from demo import (
 )
 from tests import real_vmm
 from tests.contract.harness import SIMULATED_GUEST_SIGNALS
-from tests.guest.console import POWER_BUTTON_IGNORED, READY, GuestConsole
+from tests.guest.console import PCI_EJECT_IGNORED, POWER_BUTTON_IGNORED, READY, GuestConsole
 
 if TYPE_CHECKING:
     from tests.functional.pod_sandbox import PodSandbox
@@ -121,12 +121,14 @@ class Harness:
 
     `real`: the real cloud-hypervisor (else the simulated one). `ignores_acpi`: a guest that
     ignores the power button (FAKE_CH_ACPI_DELAY=never; the tiny guest's `ignore-acpi` command
-    once it runs). Guest actions, on either VMM: `guest_does()`."""
+    once it runs). `ignores_ejects`: a guest that never ejects what is hot-unplugged, PCI devices
+    or vCPUs (FAKE_CH_EJECT_DELAY and FAKE_CH_VCPU_REMOVAL_DELAY never; the tiny guest's
+    `ignore-eject`). Guest actions, on either VMM: `guest_does()`."""
 
     def __init__(self, *, vmi: dict[str, Any] | None = None, env: dict[str, str] | None = None,
                  grace_period_seconds: int = 45, qemu_timeout: str = "60s", notify: bool = True,
                  real: RealVmm | None = None, pod: PodSandbox | None = None, ignores_acpi: bool = False,
-                 runtime_processes: bool | None = None) -> None:
+                 ignores_ejects: bool = False, runtime_processes: bool | None = None) -> None:
         self.runner = asyncio.Runner()
         # In a pod sandbox the launcher runs as the compute container (uid 107, its own network
         # namespace): its directories are the pod's, under the sandbox's root.
@@ -140,6 +142,9 @@ class Harness:
         self.env = dict(os.environ)
         if ignores_acpi:
             self.env["FAKE_CH_ACPI_DELAY"] = "never"
+        self.ignores_ejects = ignores_ejects
+        if ignores_ejects:
+            self.env.update(FAKE_CH_EJECT_DELAY="never", FAKE_CH_VCPU_REMOVAL_DELAY="never")
         self.env.update({"FAKE_CH_REQUEST_LOG": str(self.request_log), **(env or {})})
         self.grace_period_seconds = grace_period_seconds
         self.qemu_timeout = qemu_timeout
@@ -193,7 +198,8 @@ class Harness:
     async def boot(self) -> None:
         """Start, Sync, and wait for the Running event (then the VMI is Running, as virt-handler
         would record it). With the tiny guest, also until it answers on its console (and, for
-        `ignores_acpi`, has been told to ignore the power button)."""
+        `ignores_acpi`, has been told to ignore the power button; for `ignores_ejects`, to ignore
+        hot-unplug requests)."""
         await self.start()
         assert self.client is not None
         await self.client.sync(self.vmi)
@@ -201,6 +207,8 @@ class Harness:
         self.vmi["status"]["phase"] = "Running"
         if self.tiny_guest:
             await self.guest_does("ignore-acpi" if self.ignores_acpi else "hello")
+            if self.ignores_ejects:
+                await self.guest_does("ignore-eject")
 
     @property
     def simulated(self) -> bool:
@@ -249,6 +257,19 @@ class Harness:
                       (self.vmm_log, b"power button pressed: the guest ignores ACPI"))
         await wait_for_file(path, lambda text: text.count(line) >= count, timeout,
                             f"{count} ignored power-button presses")
+
+    async def wait_for_ignored_eject(self, what: bytes = PCI_EJECT_IGNORED, count: int = 1,
+                                     timeout: float = 10.0) -> None:
+        """Until an `ignores_ejects` guest has been asked to eject `count` devices and ignored it:
+        the tiny guest says so on its console (PCI_EJECT_IGNORED, CPU_EJECT_IGNORED), the
+        simulated VMM in its log."""
+        if self.tiny_guest:
+            path, line = self.serial_log, what
+        else:
+            path, line = self.vmm_log, (b"the guest never ejects it" if what == PCI_EJECT_IGNORED
+                                        else b"the guest never offlines them")
+        await wait_for_file(path, lambda text: text.count(line) >= count, timeout,
+                            f"{count} ignored hot-unplug requests")
 
     def requests(self, endpoint: str | None = None) -> list[dict[str, Any]]:
         """The VMM's requests, optionally only those to `endpoint`: the simulated VMM's

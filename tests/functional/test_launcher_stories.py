@@ -19,51 +19,9 @@ import time
 import pytest
 
 from demo import CmdClient
-from tests.functional.harness import Harness, RealVmm, make_vmi, wait_for_file
+from tests.functional.harness import make_vmi, wait_for_file
 from tests.functional.pod_probes import capabilities
-
-BOTH_VMMS = pytest.mark.parametrize("story_vmm", ["simulated", pytest.param("real", marks=pytest.mark.real_vmm)],
-                                    indirect=True)
-
-
-@pytest.fixture
-def story_vmm(request):
-    """The VMM the story runs on: None for the simulated one (the default), else the real one."""
-    if getattr(request, "param", "simulated") == "simulated":
-        return None
-    real = RealVmm.from_environment(tiny_guest=True)
-    if isinstance(real, str):
-        pytest.skip(f"real cloud-hypervisor: {real}")
-    return real
-
-
-def _harness(request, real, **kwargs):
-    """On the real VMM the launcher runs as the pod's compute container does: uid 107 with only
-    NET_BIND_SERVICE, in its own network namespace (tests/functional/pod_sandbox.py)."""
-    pod = request.getfixturevalue("pod") if real is not None else None
-    return Harness(real=real, pod=pod, **kwargs)
-
-
-@pytest.fixture
-def vh(request, story_vmm):
-    h = _harness(request, story_vmm)
-    yield h
-    h.close()
-
-
-@pytest.fixture
-def new_harness(request, story_vmm):
-    """A factory of Harnesses for stories that need their own settings; each is closed afterwards."""
-    made = []
-
-    def new(**kwargs):
-        made.append(_harness(request, story_vmm, **kwargs))
-        return made[-1]
-
-    yield new
-    for h in made:
-        h.close()
-
+from tests.functional.story_fixtures import BOTH_VMMS
 
 # --- start -----------------------------------------------------------------------------------------
 
