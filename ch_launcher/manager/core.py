@@ -30,7 +30,7 @@ from ch_launcher.manager.pod import read_pod_facts, release_memory
 from ch_launcher.manager.runner import NotStarted, Runner, StillRunning
 from ch_launcher.manager.settings import CommandFailed, EventSink, ManagerSettings, preload
 from ch_launcher.manager.view import (
-    acpi_enabled, cause, describe_exit, domain_view, no_guest_agent, refuse_hotplug, vm_size, vm_uuid,
+    acpi_enabled, cause, describe_exit, domain_view, no_guest_agent, vm_size, vm_uuid,
 )
 from ch_launcher.manager.vmm import VmmHost
 
@@ -285,8 +285,7 @@ class DomainManager(LiveChanges, Migrating):
             vm.grace = replace(vm.grace, deletion_grace_period_seconds=vmi.grace_period_seconds)
             self._publish()
             if self._planned_vmi is not None and vm.state in (VmState.RUNNING, VmState.PAUSED):
-                refuse_hotplug(self._planned_vmi, vmi)
-                await self._sync_disks(vmi, options)
+                await self._sync_devices(vmi, options)
                 if self._current_memory is not None and self._host.current is not None:
                     await self._refresh_memory(self._host.current)
         elif step is Step.TRANSLATE:
@@ -497,7 +496,7 @@ class DomainManager(LiveChanges, Migrating):
         self._vm.down = None
         self._vm.user_paused = start_paused  # a pause of an earlier boot does not carry over
         for disk in list(self._vm.removing):  # a fresh VM from a config without the disk
-            self._disk_ejected(disk)
+            self._device_ejected(disk)
         self._set_state(VmState.PAUSED if start_paused else VmState.RUNNING, force=True)
         self.booted_once.set()
         self._guest.attach_console()
@@ -642,9 +641,9 @@ class DomainManager(LiveChanges, Migrating):
         if name == "vm:rebooted":
             self._guest.attach_console()
             for disk in list(vm.removing):  # rebuilt from its config, which has no such disk
-                self._disk_ejected(disk)
+                self._device_ejected(disk)
         if name == "vm:device-removed" and event.properties:
-            self._disk_ejected(str(event.properties.get("id", "")))
+            self._device_ejected(str(event.properties.get("id", "")))
 
     def _guest_panicked(self, new: VmState | None) -> None:
         """pvpanic, as virt-launcher reports a libvirt CRASHED event (kubevirt

@@ -81,6 +81,23 @@ class GuestServices:
         except DhcpError as e:
             raise CommandFailed(f"cannot serve DHCP to the guest: {e}") from None
 
+    async def restart_dhcp(self, plan: Plan, vmi: VirtualMachineInstance | None) -> None:
+        """Serve `plan.dhcp` as it is now (an interface was hot-plugged or has gone): the server
+        is stopped and started again with every lease (stateless: each answers one MAC). A
+        failure is logged; the NICs already served lose their server until the next restart."""
+        from ch_launcher.dhcp import DhcpError, start_dhcp
+
+        if vmi is None:
+            return
+        dhcp, self._dhcp = self._dhcp, None
+        if dhcp is not None:
+            await asyncio.to_thread(dhcp.stop)
+        hostname = vmi.spec.hostname or vmi.metadata.name
+        try:
+            self._dhcp = await asyncio.to_thread(start_dhcp, plan, self.settings.launcher_env(), hostname=hostname)
+        except DhcpError as e:
+            log.error("cannot serve DHCP to the guest: %s", e)
+
     async def stop(self) -> None:
         if self._attach is not None:
             self._attach.cancel()

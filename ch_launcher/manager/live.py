@@ -1,6 +1,7 @@
-"""What changes on a running VM: volume hotplug (`hotplug`), PVC expansion (`expand`), vCPU
-and memory resize (`resize`). A part of `DomainManager`, kept apart because it is only needed when a VM changes;
-the modules doing the work are imported on first use.
+"""What changes on a running VM: volume and interface hotplug and PVC expansion (`devices`, with
+`hotplug`, `nics`, `expand`), vCPU and memory resize (`resize`). A part of `DomainManager`, kept
+apart because it is only needed when a VM changes; the modules doing the work are imported on
+first use.
 
 Runs under the manager's lock like every command (the methods are called from `_run` steps or
 through `Runner.run`); raises CommandFailed with the in-band message.
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ch_launcher import lifecycle
@@ -27,13 +27,15 @@ log = logging.getLogger("ch_launcher.manager.core")
 
 
 class LiveChanges:
-    """Mixed into DomainManager; uses its `_plan`, `_host`, `_vm`, `_runner`, `_api`, `_translate`,
-    `_publish`, `_complete_metadata` and `_options`."""
+    """Mixed into DomainManager; uses its `_plan`, `_vmi`, `_host`, `_vm`, `_runner`, `_guest`,
+    `_api`, `_translate`, `_publish`, `_complete_metadata` and `_options`."""
 
     _plan: Any
+    _vmi: Any
     _host: Any
     _vm: Any
     _runner: Any
+    _guest: Any
     _options: Any
     _devices_seen: Any
     _current_memory: int | None
@@ -116,93 +118,38 @@ class LiveChanges:
             self._publish()
         return True
 
-    async def _sync_disks(self, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
-        """Attach the disks of newly mounted hotplugged volumes, detach those gone from the VMI
-        (`manager.hotplug`). Only when the VMI's disks, volumes or volume statuses changed, or
-        an attach is still waiting for its volume."""
-        devices = (vmi.spec.domain.devices.disks, vmi.spec.volumes, vmi.status.volumeStatus)
+    async def _sync_devices(self, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
+        """A Sync of a running VM: hotplug and PVC expansion (`manager.devices`, imported here:
+        only when the VMI's devices changed)."""
+        devices = (vmi.spec.domain.devices.disks, vmi.spec.volumes, vmi.status.volumeStatus,
+                   vmi.spec.domain.devices.interfaces, vmi.spec.networks, vmi.status.interfaces)
         if devices == self._devices_seen:
             return
-        from ch_launcher.ch.api import ChApiError
-        from ch_launcher.manager import hotplug
+        from ch_launcher.manager import devices as live_devices
 
-        plan, vmm = self._plan, self._host.current
-        assert plan is not None
-        wanted = await self._translate(vmi, options or self._options or self._default_options())
-        changes = hotplug.plan_changes(plan, wanted, self._vm.removing)
-        waiting = False
-        for name in changes.detach:
-            if vmm is None:
-                break
-            try:
-                await self._api(vmm.client.remove_device, name)
-            except ChApiError as e:
-                raise CommandFailed(f"detaching the disk of volume {name} failed: {e}") from None
-            log.info("detaching the disk of volume %s; it leaves the Domain once the guest ejects it", name)
-            self._vm.removing.add(name)
-            plan.config.disks = [d for d in plan.config.disks or () if d.id != name] or None
-        for config, view in changes.attach:
-            if vmm is None:
-                break
-            if not await asyncio.to_thread(hotplug.ready_to_attach, config):
-                log.info("the volume of disk %s is not ready in the pod yet (%s); trying again at the next Sync",
-                         config.id, config.path)
-                waiting = True
-                continue
-            try:
-                await self._api(vmm.client.add_disk, config)
-            except ChApiError as e:
-                raise CommandFailed(f"attaching the disk of volume {config.id} failed: {e}") from None
-            view = replace(view, target_dev=hotplug.free_target(plan.disks))
-            plan.disks.append(view)
-            plan.config.disks = [*(plan.config.disks or ()), config]
-            plan.hotplug_disks.add(config.id or view.alias)
-            if view.alias in wanted.disk_sizing:
-                plan.disk_sizing[view.alias] = wanted.disk_sizing[view.alias]
-            log.info("attached the disk of volume %s as %s", view.alias, view.target_dev)
-        if not await self._expand_disks(plan, wanted):
-            waiting = True
-        self._devices_seen = None if waiting else devices
-        if changes:
-            self._publish()
+        settled = await live_devices.sync(self, vmi, options or self._options or self._default_options())
+        self._devices_seen = devices if settled else None
 
-    async def _expand_disks(self, plan: Any, wanted: Any) -> bool:
-        """Resize the disks whose claims grew (`manager.expand`): `vm.resize-disk`. A resize
-        Cloud Hypervisor refuses is logged, as virt-launcher logs a failed BlockResize, and the
-        Sync goes on; False then (and when a size could not be read), so a later Sync tries
-        again."""
-        from ch_launcher.ch.api import ChApiError
-        from ch_launcher.manager import expand
-
-        vmm = self._host.current
-        settled = True
-        for name, size in (await asyncio.to_thread(expand.resizes, plan, wanted)).items():
-            if size is not None:
-                if vmm is None:
-                    return False
-                try:
-                    await self._api(vmm.client.resize_disk, name, size)
-                except ChApiError as e:
-                    log.error("failed to expand disk %s to %d bytes: %s", name, size, e)
-                    settled = False
-                    continue
-                log.info("expanded disk %s to %d bytes; the guest sees the new size", name, size)
-            plan.disk_sizing[name] = wanted.disk_sizing[name]
-        return settled and all(wanted.disk_sizing.get(n) == s for n, s in plan.disk_sizing.items()
-                               if n in wanted.disk_sizing)
-
-    def _disk_ejected(self, name: str) -> None:
-        """`vm:device-removed`, or a VM rebuilt from a config that no longer has the disk."""
+    def _device_ejected(self, name: str) -> None:
+        """`vm:device-removed`, or a VM rebuilt from a config that no longer has the device (a
+        disk or a NIC): it leaves the Domain."""
         plan = self._plan
         self._vm.removing.discard(name)
         if plan is None:
             return
-        before = len(plan.disks)
+        before = (len(plan.disks), len(plan.interfaces))
         plan.disks = [d for d in plan.disks if d.alias != name]
         plan.hotplug_disks.discard(name)
         plan.disk_sizing.pop(name, None)
-        if len(plan.disks) != before:
-            log.info("the disk of volume %s is gone from the VM", name)
+        plan.interfaces = [i for i in plan.interfaces if i.alias != name]
+        plan.config.net = [n for n in plan.config.net or () if n.id != name] or None
+        dhcp = [d for d in plan.dhcp if d.interface != name]
+        if len(dhcp) != len(plan.dhcp):
+            plan.dhcp = dhcp
+            self._runner.background(self._guest.restart_dhcp(plan, self._vmi))  # no server on its bridge
+        if (len(plan.disks), len(plan.interfaces)) != before:
+            log.info("%s %s is gone from the VM", "the disk of volume" if len(plan.disks) != before[0]
+                     else "interface", name)
             self._publish(force=True)
 
     def _default_options(self) -> LauncherOptions:

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from ch_launcher.kubevirt.domain import DomainView, GracePeriod, GuestPanicInfo, LifeCycle, Reason, VcpuSlot
 from ch_launcher.lifecycle import VmState
-from ch_launcher.manager.settings import CommandFailed
 
 if TYPE_CHECKING:
     from ch_launcher.convert import Plan
@@ -67,22 +66,6 @@ def vm_size(plan: Plan) -> tuple[int, int]:
     cfg = plan.config
     memory = 0 if cfg.memory is None else cfg.memory.size + sum(z.size for z in cfg.memory.zones or ())
     return (cfg.cpus.boot_vcpus if cfg.cpus else 1), memory
-
-
-def refuse_hotplug(booted: VirtualMachineInstance, vmi: VirtualMachineInstance) -> None:
-    """virt-handler delivers NIC hotplug as a changed VMI in a later Sync; this backend does not
-    hot-add NICs yet, so say so instead of leaving virt-handler waiting for them. (Disks of
-    hotplugged volumes are attached and detached: `manager.hotplug`.)"""
-    for path, before, after in (
-        ("spec.domain.devices.interfaces", [i.name for i in booted.spec.domain.devices.interfaces],
-         [i.name for i in vmi.spec.domain.devices.interfaces]),
-    ):
-        if before != after:
-            added = sorted(set(after) - set(before))
-            removed = sorted(set(before) - set(after))
-            change = ", ".join(filter(None, (f"added {added}" if added else "", f"removed {removed}" if removed else "")))
-            raise CommandFailed(f"{path} changed on a running VM ({change or 'reordered'}): hotplug is not "
-                                f"supported by the Cloud Hypervisor backend")
 
 
 # libvirt's errors as the Go launcher passes them on (kubevirt pkg/virt-launcher/virtwrap/errors

@@ -76,8 +76,9 @@ def launch(pod, vmm_kind):
 
     def start(vmi: dict[str, Any], *, network_info: dict | None = None,
               before_boot: Callable[[Harness], None] | None = None,
-              domain_attachments: dict[str, str] | None = None) -> Harness:
-        harness = Harness(vmi=vmi, pod=pod, real=real_vmm(pod) if vmm_kind == "real" else None)
+              domain_attachments: dict[str, str] | None = None, **settings: Any) -> Harness:
+        """`settings`: more Harness settings (`ignores_ejects=True`, `env=...`)."""
+        harness = Harness(vmi=vmi, pod=pod, real=real_vmm(pod) if vmm_kind == "real" else None, **settings)
         made.append(harness)
         if network_info is not None:
             info = pod.root / "network-info"
@@ -96,6 +97,7 @@ def launch(pod, vmm_kind):
         assert harness.client is not None
         harness.run(harness.client.sync(harness.vmi, options))
         harness.run(harness.recorder.wait_for_status("Running", timeout=15))
+        harness.vmi["status"]["phase"] = "Running"
         return harness
 
     yield start

@@ -1,0 +1,141 @@
+"""The devices of a running VM, as a later Sync changes them: disks of hotplugged volumes
+(`hotplug`), interfaces (`nics`) and the size of PVC-backed disks (`expand`).
+
+Imported on first use (a Sync whose VMI devices changed), never by a launcher that does not
+need it. `sync` runs under the manager's lock, as part of its Sync (`DomainManager` is passed
+in: this is the manager's own code, kept apart).
+
+Order, as virt-launcher's SyncVMI: disks are detached and attached, then interfaces attached
+and detached (pkg/virt-launcher/virtwrap/manager.go and network/nichotplug.go@d923fdb815cd),
+then disks resized. Each removal leaves the Domain only once the guest has ejected the device
+(`vm:device-removed`, `LiveChanges._device_ejected`).
+
+Failure behaviour: a device Cloud Hypervisor refuses to add or remove fails the Sync with a
+CommandFailed naming it (virt-handler retries); a refused resize is only logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ch_launcher.manager import hotplug, nics
+from ch_launcher.manager.settings import CommandFailed
+
+if TYPE_CHECKING:
+    from ch_launcher.convert import LauncherOptions, Plan
+    from ch_launcher.kubevirt.vmi import VirtualMachineInstance
+
+log = logging.getLogger("ch_launcher.manager.core")
+
+
+async def sync(m: Any, vmi: VirtualMachineInstance, options: LauncherOptions) -> bool:
+    """Bring the running VM's devices to what `vmi` asks. Returns False when something is still
+    to do at a later Sync (a volume not mounted yet, a resize refused). Raises CommandFailed."""
+    plan: Plan = m._plan
+    assert plan is not None
+    wanted = await m._translate(nics.reachable(vmi, plan), options)
+    disk_changes = hotplug.plan_changes(plan, wanted, m._vm.removing)
+    nic_changes = nics.plan_changes(plan, wanted, vmi, m._vm.removing)
+    settled = await _disks(m, plan, wanted, disk_changes)
+    await _nics(m, plan, nic_changes)
+    if not await _expand(m, plan, wanted):
+        settled = False
+    if disk_changes or nic_changes:
+        m._publish()
+    return settled
+
+
+async def _disks(m: Any, plan: Plan, wanted: Plan, changes: hotplug.DiskChanges) -> bool:
+    from ch_launcher.ch.api import ChApiError
+
+    vmm = m._host.current
+    settled = True
+    for name in changes.detach:
+        if vmm is None:
+            break
+        try:
+            await m._api(vmm.client.remove_device, name)
+        except ChApiError as e:
+            raise CommandFailed(f"detaching the disk of volume {name} failed: {e}") from None
+        log.info("detaching the disk of volume %s; it leaves the Domain once the guest ejects it", name)
+        m._vm.removing.add(name)
+        plan.config.disks = [d for d in plan.config.disks or () if d.id != name] or None
+    for config, view in changes.attach:
+        if vmm is None:
+            break
+        if not await asyncio.to_thread(hotplug.ready_to_attach, config):
+            log.info("the volume of disk %s is not ready in the pod yet (%s); trying again at the next Sync",
+                     config.id, config.path)
+            settled = False
+            continue
+        try:
+            await m._api(vmm.client.add_disk, config)
+        except ChApiError as e:
+            raise CommandFailed(f"attaching the disk of volume {config.id} failed: {e}") from None
+        view = replace(view, target_dev=hotplug.free_target(plan.disks))
+        plan.disks.append(view)
+        plan.config.disks = [*(plan.config.disks or ()), config]
+        plan.hotplug_disks.add(config.id or view.alias)
+        if view.alias in wanted.disk_sizing:
+            plan.disk_sizing[view.alias] = wanted.disk_sizing[view.alias]
+        log.info("attached the disk of volume %s as %s", view.alias, view.target_dev)
+    return settled
+
+
+async def _nics(m: Any, plan: Plan, changes: nics.NicChanges) -> None:
+    from ch_launcher.ch.api import ChApiError
+
+    vmm = m._host.current
+    servers = [dhcp for _, _, dhcp in changes.attach
+               if dhcp is not None and all(d.interface != dhcp.interface for d in plan.dhcp)]
+    if servers:  # phase 2 first, as virt-launcher: the guest may ask as soon as it sees the NIC
+        plan.dhcp.extend(servers)
+        await m._guest.restart_dhcp(plan, m._vmi)
+    for config, view, _ in changes.attach:
+        if vmm is None:
+            break
+        try:
+            await m._api(vmm.client.add_net, config)
+        except ChApiError as e:
+            raise CommandFailed(f"attaching interface {view.alias} (tap {config.tap}) failed: {e}") from None
+        plan.interfaces.append(view)
+        plan.config.net = [*(plan.config.net or ()), config]
+        log.info("attached interface %s on tap %s with MAC %s", view.alias, config.tap, view.mac)
+    for name in changes.detach:
+        if vmm is None:
+            break
+        try:
+            await m._api(vmm.client.remove_device, name)
+        except ChApiError as e:
+            raise CommandFailed(f"detaching interface {name} failed: {e}") from None
+        log.info("detaching interface %s; it leaves the Domain once the guest ejects it", name)
+        m._vm.removing.add(name)
+        plan.config.net = [n for n in plan.config.net or () if n.id != name] or None
+
+
+async def _expand(m: Any, plan: Plan, wanted: Plan) -> bool:
+    """Resize the disks whose claims grew (`expand`): `vm.resize-disk`. A resize Cloud
+    Hypervisor refuses is logged, as virt-launcher logs a failed BlockResize, and the Sync goes
+    on; False then (and when a size could not be read), so a later Sync tries again."""
+    from ch_launcher.ch.api import ChApiError
+    from ch_launcher.manager import expand
+
+    vmm = m._host.current
+    settled = True
+    for name, size in (await asyncio.to_thread(expand.resizes, plan, wanted)).items():
+        if size is not None:
+            if vmm is None:
+                return False
+            try:
+                await m._api(vmm.client.resize_disk, name, size)
+            except ChApiError as e:
+                log.error("failed to expand disk %s to %d bytes: %s", name, size, e)
+                settled = False
+                continue
+            log.info("expanded disk %s to %d bytes; the guest sees the new size", name, size)
+        plan.disk_sizing[name] = wanted.disk_sizing[name]
+    return settled and all(wanted.disk_sizing.get(n) == s for n, s in plan.disk_sizing.items()
+                           if n in wanted.disk_sizing)
