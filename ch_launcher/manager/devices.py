@@ -17,6 +17,7 @@ CommandFailed naming it (virt-handler retries); a refused resize is only logged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -93,7 +94,13 @@ async def _nics(m: Any, plan: Plan, changes: nics.NicChanges) -> None:
                if dhcp is not None and all(d.interface != dhcp.interface for d in plan.dhcp)]
     if servers:  # phase 2 first, as virt-launcher: the guest may ask as soon as it sees the NIC
         plan.dhcp.extend(servers)
-        await m._guest.restart_dhcp(plan, m._vmi)
+        try:
+            await m._guest.restart_dhcp(plan, m._vmi)
+        except CommandFailed:  # the NICs the VM has keep their leases; the Sync fails, to be retried
+            plan.dhcp = [d for d in plan.dhcp if d not in servers]
+            with contextlib.suppress(CommandFailed):
+                await m._guest.restart_dhcp(plan, m._vmi)
+            raise
     for config, view, _ in changes.attach:
         if vmm is None:
             break

@@ -83,8 +83,9 @@ class GuestServices:
 
     async def restart_dhcp(self, plan: Plan, vmi: VirtualMachineInstance | None) -> None:
         """Serve `plan.dhcp` as it is now (an interface was hot-plugged or has gone): the server
-        is stopped and started again with every lease (stateless: each answers one MAC). A
-        failure is logged; the NICs already served lose their server until the next restart."""
+        is stopped and started again with every lease (stateless: each answers one MAC).
+        Raises CommandFailed when it cannot start; then no lease is served until the next
+        restart (the caller restarts with what it served before)."""
         from ch_launcher.dhcp import DhcpError, start_dhcp
 
         if vmi is None:
@@ -96,7 +97,7 @@ class GuestServices:
         try:
             self._dhcp = await asyncio.to_thread(start_dhcp, plan, self.settings.launcher_env(), hostname=hostname)
         except DhcpError as e:
-            log.error("cannot serve DHCP to the guest: %s", e)
+            raise CommandFailed(f"cannot serve DHCP to the guest: {e}") from None
 
     async def stop(self) -> None:
         if self._attach is not None:

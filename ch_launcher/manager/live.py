@@ -146,11 +146,17 @@ class LiveChanges:
         dhcp = [d for d in plan.dhcp if d.interface != name]
         if len(dhcp) != len(plan.dhcp):
             plan.dhcp = dhcp
-            self._runner.background(self._guest.restart_dhcp(plan, self._vmi))  # no server on its bridge
+            self._runner.background(self._restart_dhcp_quietly(plan))  # no server on its bridge any more
         if (len(plan.disks), len(plan.interfaces)) != before:
             log.info("%s %s is gone from the VM", "the disk of volume" if len(plan.disks) != before[0]
                      else "interface", name)
             self._publish(force=True)
+
+    async def _restart_dhcp_quietly(self, plan: Any) -> None:
+        try:
+            await self._guest.restart_dhcp(plan, self._vmi)
+        except CommandFailed as e:
+            log.error("%s", e)
 
     def _default_options(self) -> LauncherOptions:
         from ch_launcher.convert import LauncherOptions

@@ -173,3 +173,23 @@ def test_a_hot_plugged_interface_that_is_not_on_a_tap_is_refused_naming_it(pod, 
         "spec.domain.devices.interfaces[1]: interface 'blue' cannot be hot-plugged on Cloud Hypervisor"), reply.message
     assert not vh.requests("vm.add-net")
     assert vh.run(vh.client.sync(vh.vmi)).success  # the VMI without it still syncs
+
+
+def test_a_new_interface_whose_dhcp_cannot_start_fails_the_sync_and_the_others_keep_their_leases(pod, launch, tmp_path):
+    pod.masquerade(mtu=1400)
+    vh = launch(masquerade_vmi())
+    blue = hashed_pod_interface("blue")
+    tap = "tap" + blue[3:]
+    pod.bridge(blue, tap=tap, index=1, mtu=9000, mac=BLUE_MAC, ip="192.168.7.5", prefix=24, gateway="192.168.7.1")
+    vmi = add_blue(vh.vmi)
+    multus_attached(vmi, "blue", blue)
+    # virt-handler has not written the interface's DHCP cache yet
+    reply = vh.run(vh.client.sync(vmi, check=False))
+    assert not reply.success and "cannot serve DHCP" in reply.message and f"vif-cache-{blue}.json" in reply.message
+    assert nic_ids(vh) == ["default"] and not vh.requests("vm.add-net")
+    lease = udhcpc(pod.guest_port("k6t-eth0", GUEST_MAC), tmp_path)  # the VM's NIC is still served
+    assert lease is not None and lease["ip"] == "10.0.2.2", vh.log_text()
+
+    pod.vif_cache(vh.layout.private_dir)  # now it has: the next Sync attaches the interface
+    vh.run(vh.client.sync(vmi))
+    assert nic_ids(vh) == ["default", "blue"]
