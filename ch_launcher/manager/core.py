@@ -23,7 +23,7 @@ from ch_launcher.kubevirt.log import log_subcomponent_line
 from ch_launcher.lifecycle import Intent, Step, VmState
 from ch_launcher.manager.dirty import DirtyRateMeter
 from ch_launcher.manager.guest import GuestServices
-from ch_launcher.manager.live import LiveChanges
+from ch_launcher.manager.live import LiveChanges, device_facts
 from ch_launcher.manager.migrating import Migrating
 from ch_launcher.manager.outbox import Outbox
 from ch_launcher.manager.pod import read_pod_facts, release_memory
@@ -295,6 +295,7 @@ class DomainManager(LiveChanges, Migrating):
             self._options = options or LauncherOptions()
             self._plan = await self._translate(vmi, self._options)
             self._planned_vmi = vmi
+            self._devices_seen = device_facts(vmi)  # what the VM boots with: no device work yet
         elif step is Step.PREPARE:
             await self._prepare()
         elif step is Step.SPAWN:

@@ -26,6 +26,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("ch_launcher.manager.core")
 
 
+def device_facts(vmi: VirtualMachineInstance) -> tuple[Any, ...]:
+    """What a Sync's device work depends on: when it is what the VM was last brought to (at
+    boot, or by the last Sync), there is nothing to do and nothing is imported."""
+    return (vmi.spec.domain.devices.disks, vmi.spec.volumes, vmi.status.volumeStatus,
+            vmi.spec.domain.devices.interfaces, vmi.spec.networks, vmi.status.interfaces)
+
+
 class LiveChanges:
     """Mixed into DomainManager; uses its `_plan`, `_vmi`, `_host`, `_vm`, `_runner`, `_guest`,
     `_api`, `_translate`, `_publish`, `_complete_metadata` and `_options`."""
@@ -121,8 +128,7 @@ class LiveChanges:
     async def _sync_devices(self, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
         """A Sync of a running VM: hotplug and PVC expansion (`manager.devices`, imported here:
         only when the VMI's devices changed)."""
-        devices = (vmi.spec.domain.devices.disks, vmi.spec.volumes, vmi.status.volumeStatus,
-                   vmi.spec.domain.devices.interfaces, vmi.spec.networks, vmi.status.interfaces)
+        devices = device_facts(vmi)
         if devices == self._devices_seen:
             return
         from ch_launcher.manager import devices as live_devices
