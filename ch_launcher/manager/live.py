@@ -72,6 +72,7 @@ class LiveChanges:
         if what == "vcpus":
             assert plan.config.cpus is not None
             count = resize.desired_vcpus(plan, wanted)
+            before = plan.config.cpus.boot_vcpus
             for attempt in range(resize.VCPU_RETRIES + 1):
                 try:
                     await self._api(vmm.client.resize, desired_vcpus=count)
@@ -84,6 +85,8 @@ class LiveChanges:
                     raise CommandFailed(f"failed to update vCPUs: {e}") from None
             plan.config.cpus.boot_vcpus = count
             self._publish()
+            if count < before:
+                await self._wait_for_vcpu_removal(vmm, count, before)
             return f"{count} vCPUs"
         ram = resize.desired_ram(plan, wanted)
         memory = plan.config.memory
@@ -96,6 +99,34 @@ class LiveChanges:
             memory.hotplugged_size = (ram - memory.size) or None
         self._runner.background(self._follow_memory(vmm))
         return f"{ram} bytes of memory"
+
+    async def _wait_for_vcpu_removal(self, vmm: VmmProcess, count: int, before: int) -> None:
+        """Until the guest has offlined the removed vCPUs, as libvirt waits for a vCPU unplug
+        (up to 5 s, then an error). Until then Cloud Hypervisor still counts them as present: a
+        resize to `count` is refused with 429 while they are (and is a no-op once they are
+        gone), which is how the end is seen; a resize to the count still present would be taken
+        as nothing to do and leave the VM short once the removal completes. CommandFailed when
+        the guest has not completed it in time: the removal stays pending."""
+        from ch_launcher.ch.api import ChApiError, Conflict
+        from ch_launcher.manager import resize
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + resize.VCPU_REMOVAL_TIMEOUT
+        while True:
+            try:
+                await self._api(vmm.client.resize, desired_vcpus=count)
+                return
+            except Conflict as e:
+                if e.status != 429:
+                    raise CommandFailed(f"failed to update vCPUs: {e}") from None
+            except ChApiError as e:
+                raise CommandFailed(f"failed to update vCPUs: {e}") from None
+            if loop.time() >= deadline:
+                raise CommandFailed(f"vCPU unplug request timed out: the guest has not offlined vCPUs {count} to "
+                                    f"{before - 1} within {resize.VCPU_REMOVAL_TIMEOUT:.0f} s; the removal stays "
+                                    "pending, and Cloud Hypervisor refuses other vCPU changes until the guest "
+                                    "completes it")
+            await asyncio.sleep(resize.VCPU_RETRY_DELAY * 5)
 
     async def _follow_memory(self, vmm: VmmProcess, period: float = 0.5, rounds: int = 20) -> None:
         """Read `memory_actual_size` for a while after a memory resize: the guest's virtio-mem

@@ -13,7 +13,9 @@ current memory from the Domain's `Spec.CurrentMemory` (`pkg/virt-handler/vm.go`
 `updateMemoryInfo`) into `status.memory.guestCurrent`.
 
 On Cloud Hypervisor both are `vm.resize` (`vmm/src/vm.rs@v53.0`): `desired_vcpus` adds vCPUs at
-once and asks the guest (ACPI) to offline removed ones, answering 429 while that is pending;
+once and asks the guest (ACPI) to offline removed ones, answering 429 while that is pending
+(those still count as present: a resize to the count present is taken as nothing to do, so the
+launcher waits for a removal to complete, as libvirt does, before it answers);
 `desired_ram` asks the guest's virtio-mem driver to plug up to `desired_ram - size`, refuses
 the size already requested, and `vm.info`'s `memory_actual_size` grows as the driver plugs.
 
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 
 VCPU_RETRIES = 20        # Kata retries a vCPU resize 20 times, 20 ms apart, on 429 (clh.go)
 VCPU_RETRY_DELAY = 0.02
+VCPU_REMOVAL_TIMEOUT = 5.0  # libvirt's wait for a vCPU unplug (QEMU_UNPLUG_TIMEOUT, qemu_hotplug.c)
 VIRTIO_MEM_BLOCK = 2 << 20  # VIRTIO_MEM_DEFAULT_BLOCK_SIZE (virtio-devices/src/mem.rs@v53.0)
 
 

@@ -63,9 +63,13 @@ def test_sockets_added_and_removed_within_max_sockets_resize_the_vm(new_harness)
         vmi["spec"]["domain"]["cpu"]["sockets"] = 1  # and another: the first removal is done (no 429 left)
         await vh.client.vmi_command("SyncVirtualMachineCPUs", vmi)
         assert enabled_vcpus(await vh.client.get_domain()) == 1
+        # at once back to 2: the answer came once vCPU 1 was gone, so this adds one (had it come
+        # while the removal was pending, CH would have taken 2 as the count present: nothing to do)
         vmi["spec"]["domain"]["cpu"]["sockets"] = 2
         await vh.client.vmi_command("SyncVirtualMachineCPUs", vmi)
         assert enabled_vcpus(await vh.client.get_domain()) == 2
+        stats = await vh.client.get_domain_stats()
+        assert len(stats["Vcpu"]) == 2
 
         vmi["spec"]["domain"]["cpu"]["sockets"] = 5
         reply = await vh.client.vmi_command("SyncVirtualMachineCPUs", vmi, check=False)
@@ -146,7 +150,7 @@ def test_resizing_a_vm_that_does_not_run_is_refused(new_harness):
 
 
 @BOTH_VMMS
-def test_a_vcpu_removal_the_guest_never_completes_makes_the_next_resize_fail_with_cloud_hypervisors_429(new_harness):
+def test_a_vcpu_removal_the_guest_never_completes_times_out_and_blocks_further_changes(new_harness):
     vh = new_harness(vmi=hotpluggable_vmi(), ignores_ejects=True)
 
     async def story():
@@ -155,7 +159,9 @@ def test_a_vcpu_removal_the_guest_never_completes_makes_the_next_resize_fail_wit
         vmi["spec"]["domain"]["cpu"]["sockets"] = 3
         await vh.client.vmi_command("SyncVirtualMachineCPUs", vmi)
         vmi["spec"]["domain"]["cpu"]["sockets"] = 2  # the guest is asked to offline vCPU 2 and never does
-        await vh.client.vmi_command("SyncVirtualMachineCPUs", vmi)
+        reply = await vh.client.vmi_command("SyncVirtualMachineCPUs", vmi, check=False)
+        # as libvirt's vCPU unplug: it waits up to 5 s for the guest, then says so
+        assert not reply.success and "vCPU unplug request timed out" in reply.message, reply.message
         await vh.wait_for_ignored_eject(CPU_EJECT_IGNORED)
         assert enabled_vcpus(await vh.client.get_domain()) == 2
         vmi["spec"]["domain"]["cpu"]["sockets"] = 1
