@@ -57,12 +57,7 @@ async def _disks(m: Any, plan: Plan, wanted: Plan, changes: hotplug.DiskChanges)
     for name in changes.detach:
         if vmm is None:
             break
-        try:
-            await m._api(vmm.client.remove_device, name)
-        except ChApiError as e:
-            raise CommandFailed(f"detaching the disk of volume {name} failed: {e}") from None
-        log.info("detaching the disk of volume %s; it leaves the Domain once the guest ejects it", name)
-        m._vm.removing.add(name)
+        await _remove(m, vmm, name, f"the disk of volume {name}")
         plan.config.disks = [d for d in plan.config.disks or () if d.id != name] or None
     for config, view in changes.attach:
         if vmm is None:
@@ -114,13 +109,28 @@ async def _nics(m: Any, plan: Plan, changes: nics.NicChanges) -> None:
     for name in changes.detach:
         if vmm is None:
             break
-        try:
-            await m._api(vmm.client.remove_device, name)
-        except ChApiError as e:
-            raise CommandFailed(f"detaching interface {name} failed: {e}") from None
-        log.info("detaching interface %s; it leaves the Domain once the guest ejects it", name)
-        m._vm.removing.add(name)
+        await _remove(m, vmm, name, f"interface {name}")
         plan.config.net = [n for n in plan.config.net or () if n.id != name] or None
+
+
+async def _remove(m: Any, vmm: Any, name: str, what: str) -> None:
+    """`vm.remove-device` of `name`, marked as being removed before the call: the real VMM
+    writes `vm:device-removed` from the vCPU thread the guest ejects on, which may be before
+    its answer (the tiny guest, like Linux, ejects at once). Marked only after the answer, a
+    device the guest had already ejected would stay "being removed" forever, and a later Sync
+    would never attach it again. Raises CommandFailed (the mark undone) when CH refuses."""
+    from ch_launcher.ch.api import ChApiError
+
+    m._vm.removing.add(name)
+    try:
+        await m._api(vmm.client.remove_device, name)
+    except ChApiError as e:
+        m._vm.removing.discard(name)
+        raise CommandFailed(f"detaching {what} failed: {e}") from None
+    if name in m._vm.removing:
+        log.info("detaching %s; it leaves the Domain once the guest ejects it", what)
+    else:
+        log.info("detached %s; the guest ejected it at once", what)
 
 
 async def _expand(m: Any, plan: Plan, wanted: Plan) -> bool:

@@ -754,7 +754,8 @@ class Vmm:
         """`vm_remove_device` (vmm/src/lib.rs, device_manager.rs@v53.0): on a booted VM the device
         leaves the config at once and the guest is told (ACPI PCID); it stays in the device tree,
         its image locked, until the guest ejects it (B0EJ), and only then `vm:device-removed`.
-        A guest that never ejects (FAKE_CH_EJECT_DELAY=never) keeps it forever."""
+        A guest that never ejects (FAKE_CH_EJECT_DELAY=never) keeps it forever; one that ejects at
+        once (FAKE_CH_EJECT_DELAY=0) does so before the answer, its event written first."""
         if not isinstance(body, dict) or not isinstance(body.get("id"), str):
             raise HttpFailure(400, ["Bad Request"])
         dev_id = body["id"]
@@ -772,6 +773,8 @@ class Vmm:
         delay = self.host.eject_delay
         if delay is None:
             self.host.log("INFO", f"{dev_id}: hot-unplug requested; the guest never ejects it (FAKE_CH_EJECT_DELAY=never)")
+        elif delay == 0:  # a guest that ejects at once: the real VMM's vCPU thread may say
+            self.guest_ejects(vm, dev_id)  # vm:device-removed before the API thread answers
         else:
             self.host.schedule(delay, lambda: self.guest_ejects(vm, dev_id))
         return 204, None

@@ -121,6 +121,31 @@ def test_addvolume_attaches_the_disk_once_virt_handler_has_mounted_it_and_remove
 
 
 @BOTH_VMMS
+def test_a_disk_the_guest_ejects_before_the_detach_call_returns_can_be_added_again(new_harness):
+    # The real VMM writes vm:device-removed from the vCPU thread the guest ejects on, often
+    # before its API thread answers vm.remove-device (FAKE_CH_EJECT_DELAY=0 always does so).
+    vh = new_harness(env={"FAKE_CH_EJECT_DELAY": "0"})
+
+    async def story():
+        await vh.boot()
+        vmi = add_volume(vh.vmi_copy(), "data", phase="MountedToPod")
+        mount_into_pod(vh, "data")
+        for round in range(2):
+            since = len(vh.recorder.events)
+            await vh.client.sync(vmi)
+            await vh.recorder.wait_for(lambda e: "data" in disks_of(e.domain), since=since)
+            assert len(vh.requests("vm.add-disk")) == round + 1
+            remove_volume(vmi, "data")
+            since = len(vh.recorder.events)
+            await vh.client.sync(vmi)
+            await vh.recorder.wait_for(lambda e: "data" not in disks_of(e.domain), since=since)
+            add_volume(vmi, "data", phase="MountedToPod")
+        assert len(vh.requests("vm.remove-device")) == 2
+
+    vh.run(story())
+
+
+@BOTH_VMMS
 def test_a_detached_disk_the_guest_never_ejects_stays_in_the_domain(new_harness):
     vh = new_harness(ignores_ejects=True)
 
