@@ -130,6 +130,7 @@ class Harness:
                  real: RealVmm | None = None, pod: PodSandbox | None = None, ignores_acpi: bool = False,
                  ignores_ejects: bool = False, runtime_processes: bool | None = None) -> None:
         self.runner = asyncio.Runner()
+        self.closed = False
         # In a pod sandbox the launcher runs as the compute container (uid 107, its own network
         # namespace): its directories are the pod's, under the sandbox's root.
         self.pod = pod
@@ -303,6 +304,11 @@ class Harness:
         return self.launcher.log_text() if self.launcher is not None else ""
 
     def close(self) -> None:
+        """Stop the launcher and its VMM, remove the directories. Idempotent (a story may close
+        a Harness early, its fixture closes it again)."""
+        if self.closed:
+            return
+        self.closed = True
         try:
             if self.client is not None:
                 self.run(self.client.close())
