@@ -10,44 +10,60 @@ optional blocks are `None` when absent and an `Empty` object when present.
 
 `parse_vmi()` raises `InvalidVMI` with KubeVirt-style field paths for a payload that does not
 decode; it never raises anything else.
+
+The model is split by concern, and this module re-exports every public name, so callers import
+from here: `vmi_base` (null-as-absent, `Empty`, `Quantity`), `vmi_domain` (`spec.domain`),
+`vmi_devices` (`spec.domain.devices`), `vmi_volumes` (`spec.volumes`, `spec.networks`),
+`vmi_status` (`status`); metadata, the top-level spec and decoding stay here.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, ClassVar
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import Field, ValidationError
 
+from ch_launcher.kubevirt.vmi_base import (  # re-exported
+    Empty, Quantity, _Model,
+)
+from ch_launcher.kubevirt.vmi_domain import (  # re-exported
+    ResourceRequirements, CPUFeature, NUMA, Realtime, CPU, Hugepages, ReservedOverhead, Memory, Machine,
+    BIOS, EFI, Bootloader, KernelBootContainer, KernelBoot, FirmwareACPI, Firmware, FeatureState,
+    FeatureAPIC, FeatureKVM, Features, Clock, LaunchSecurity, DomainSpec,
+)
+from ch_launcher.kubevirt.vmi_devices import (  # re-exported
+    DiskTarget, LunTarget, CDRomTarget, Disk, Port, PluginBinding, DHCPPrivateOptions, DHCPOptions,
+    Interface, Input, Watchdog, GPU, HostDevice, Filesystem, SoundDevice, TPMDevice, PanicDevice,
+    Devices,
+)
+from ch_launcher.kubevirt.vmi_volumes import (  # re-exported
+    ContainerDiskSource, PVCSource, DataVolumeSource, EphemeralSource, LocalObjectReference,
+    CloudInitSource, EmptyDiskSource, HostDiskSource, ConfigMapSource, SecretSource,
+    ServiceAccountSource, DownwardAPISource, Volume, PodNetwork, MultusNetwork, Network,
+)
+from ch_launcher.kubevirt.vmi_status import (  # re-exported
+    PVCInfo, HotplugVolumeStatus, HOTPLUG_READY_PHASES, VolumeStatus, InterfaceStatus, MemoryStatus,
+    CPUTopology, MigrationPeerState, MigrationState, Condition, VMIStatus,
+)
 
-def _quantity(value: Any) -> str | int | float:
-    # One check, one message: a plain `str | int | float` union reports a wrong value three
-    # times (once per member) and turns `true` into the quantity 1. The text is parsed where it
-    # is used (`kubevirt.quantity`), so a malformed one is reported by the translator.
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise PydanticCustomError("quantity", "must be a quantity: a string such as '1Gi', or a number")
-    return value
-
-
-Quantity = Annotated[str | int | float, PlainValidator(_quantity)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _drop_nulls(cls, data: Any) -> Any:
-        # Go decodes `null` as the zero value; treat it as "absent" so defaults apply.
-        if isinstance(data, dict):
-            return {k: v for k, v in data.items() if v is not None}
-        return data
-
-
-class Empty(_Model):
-    """A presence-only block such as `masquerade: {}` or `rng: {}`."""
+__all__ = [  # every public name of the model, wherever it is defined
+    "BIOS", "Bootloader", "CDRomTarget", "CPU", "CPUFeature", "CPUTopology", "Clock", "CloudInitSource",
+    "Condition", "ConfigMapSource", "ContainerDiskSource", "DHCPOptions", "DHCPPrivateOptions",
+    "DNS1123_LABEL_MAX", "DNS1123_LABEL_RULE", "DataVolumeSource", "Devices", "Disk", "DiskTarget",
+    "DomainSpec", "DownwardAPISource", "EFI", "Empty", "EmptyDiskSource", "EphemeralSource",
+    "FeatureAPIC", "FeatureKVM", "FeatureState", "Features", "Filesystem", "Firmware", "FirmwareACPI",
+    "GPU", "HOTPLUG_READY_PHASES", "HostDevice", "HostDiskSource", "HotplugVolumeStatus", "Hugepages",
+    "Input", "Interface", "InterfaceStatus", "InvalidVMI", "KernelBoot", "KernelBootContainer",
+    "LaunchSecurity", "LocalObjectReference", "LunTarget", "Machine", "Memory", "MemoryStatus",
+    "MigrationPeerState", "MigrationState", "MultusNetwork", "NUMA", "Network", "ObjectMeta",
+    "OwnerReference", "PVCInfo", "PVCSource", "PanicDevice", "PluginBinding", "PodNetwork", "Port",
+    "Probe", "Quantity", "Realtime", "ReservedOverhead", "ResourceRequirements", "SecretSource",
+    "ServiceAccountSource", "SoundDevice", "TPMDevice", "VMISpec", "VMIStatus",
+    "VirtualMachineInstance", "Volume", "VolumeStatus", "Watchdog", "field_path",
+    "from_validation_error", "is_dns1123_label", "parse_vmi",
+]
 
 
 # --- metadata -------------------------------------------------------------------------------
@@ -71,452 +87,6 @@ class ObjectMeta(_Model):
     ownerReferences: list[OwnerReference] = Field(default_factory=list)
     deletionTimestamp: str | None = None
     creationTimestamp: str | None = None
-
-
-# --- spec.domain: compute and memory ---------------------------------------------------------
-
-
-class ResourceRequirements(_Model):
-    requests: dict[str, Quantity] = Field(default_factory=dict)
-    limits: dict[str, Quantity] = Field(default_factory=dict)
-    overcommitGuestOverhead: bool = False
-
-
-class CPUFeature(_Model):
-    name: str
-    policy: str = "require"
-
-
-class NUMA(_Model):
-    guestMappingPassthrough: Empty | None = None
-
-
-class Realtime(_Model):
-    mask: str = ""
-
-
-class CPU(_Model):
-    cores: int = 0
-    sockets: int = 0
-    threads: int = 0
-    maxSockets: int = 0
-    model: str = ""
-    features: list[CPUFeature] = Field(default_factory=list)
-    dedicatedCpuPlacement: bool = False
-    numa: NUMA | None = None
-    isolateEmulatorThread: bool = False
-    realtime: Realtime | None = None
-
-
-class Hugepages(_Model):
-    pageSize: str = ""
-
-
-class ReservedOverhead(_Model):
-    addedOverhead: Quantity | None = None
-    memLock: str = ""  # "Required" | "NotRequired"
-
-
-class Memory(_Model):
-    guest: Quantity | None = None
-    maxGuest: Quantity | None = None
-    hugepages: Hugepages | None = None
-    reservedOverhead: ReservedOverhead | None = None
-
-
-class Machine(_Model):
-    type: str = ""
-
-
-# --- spec.domain: firmware, features, clock --------------------------------------------------
-
-
-class BIOS(_Model):
-    useSerial: bool | None = None
-
-
-class EFI(_Model):
-    secureBoot: bool | None = None  # nil means true in KubeVirt
-    persistent: bool | None = None
-
-
-class Bootloader(_Model):
-    bios: BIOS | None = None
-    efi: EFI | None = None
-
-
-class KernelBootContainer(_Model):
-    image: str = ""
-    kernelPath: str = ""
-    initrdPath: str = ""
-    imagePullPolicy: str = ""
-
-
-class KernelBoot(_Model):
-    kernelArgs: str = ""
-    container: KernelBootContainer | None = None
-
-
-class FirmwareACPI(_Model):
-    slicNameRef: str = ""
-    msdmNameRef: str = ""
-
-
-class Firmware(_Model):
-    uuid: str = ""
-    serial: str = ""
-    bootloader: Bootloader | None = None
-    kernelBoot: KernelBoot | None = None
-    acpi: FirmwareACPI | None = None
-
-
-class FeatureState(_Model):
-    enabled: bool | None = None  # nil means enabled when the block is present
-
-
-class FeatureAPIC(FeatureState):
-    endOfInterrupt: bool = False
-
-
-class FeatureKVM(_Model):
-    hidden: bool = False
-
-
-class Features(_Model):
-    acpi: FeatureState | None = None
-    apic: FeatureAPIC | None = None
-    hyperv: dict[str, Any] | None = None
-    hypervPassthrough: FeatureState | None = None
-    smm: FeatureState | None = None
-    kvm: FeatureKVM | None = None
-    pvspinlock: FeatureState | None = None
-
-
-class Clock(_Model):
-    utc: dict[str, Any] | None = None
-    timezone: str | None = None
-    timer: dict[str, Any] | None = None
-
-
-class LaunchSecurity(_Model):
-    sev: dict[str, Any] | None = None
-    snp: dict[str, Any] | None = None
-    tdx: dict[str, Any] | None = None
-
-
-# --- spec.domain.devices ---------------------------------------------------------------------
-
-
-class DiskTarget(_Model):
-    bus: str = ""
-    readonly: bool = False
-    pciAddress: str = ""
-
-
-class LunTarget(_Model):
-    bus: str = ""
-    readonly: bool = False
-    reservation: bool = False
-
-
-class CDRomTarget(_Model):
-    bus: str = ""
-    readonly: bool | None = None
-    tray: str = ""
-
-
-class Disk(_Model):
-    name: str
-    disk: DiskTarget | None = None
-    lun: LunTarget | None = None
-    cdrom: CDRomTarget | None = None
-    floppy: dict[str, Any] | None = None
-    bootOrder: int | None = None
-    serial: str = ""
-    dedicatedIOThread: bool | None = None
-    cache: str = ""
-    io: str = ""
-    tag: str = ""
-    blockSize: dict[str, Any] | None = None
-    shareable: bool | None = None
-    errorPolicy: str = ""
-
-
-class Port(_Model):
-    name: str = ""
-    protocol: str = "TCP"
-    port: int
-
-
-class PluginBinding(_Model):
-    name: str
-
-
-class DHCPPrivateOptions(_Model):
-    option: int = 0  # required upstream; the translator refuses anything outside 224-254
-    value: str = ""
-
-
-class DHCPOptions(_Model):
-    bootFileName: str = ""
-    tftpServerName: str = ""
-    ntpServers: list[str] = Field(default_factory=list)
-    privateOptions: list[DHCPPrivateOptions] = Field(default_factory=list)
-
-
-class Interface(_Model):
-    name: str
-    model: str = ""
-    binding: PluginBinding | None = None
-    bridge: Empty | None = None
-    masquerade: Empty | None = None
-    slirp: Empty | None = None
-    sriov: Empty | None = None
-    macvtap: Empty | None = None
-    passt: Empty | None = None
-    passtBinding: Empty | None = None
-    macAddress: str = ""
-    bootOrder: int | None = None
-    ports: list[Port] = Field(default_factory=list)
-    pciAddress: str = ""
-    dhcpOptions: DHCPOptions | None = None
-    tag: str = ""
-    acpiIndex: int | None = None
-    state: str = ""
-
-    BINDING_METHODS: ClassVar[tuple[str, ...]] = (
-        "bridge", "masquerade", "slirp", "sriov", "macvtap", "passt", "passtBinding",
-    )
-
-    @property
-    def binding_methods(self) -> list[str]:
-        """Every binding set: `bridge`, `masquerade`, `sriov`, ... or `plugin:<name>` (KubeVirt
-        requires exactly one)."""
-        found = [m for m in self.BINDING_METHODS if getattr(self, m) is not None]
-        if self.binding is not None:
-            found.append(f"plugin:{self.binding.name}")
-        return found
-
-    @property
-    def binding_method(self) -> str:
-        """The first of `binding_methods`; `""` when none is set."""
-        methods = self.binding_methods
-        return methods[0] if methods else ""
-
-
-class Input(_Model):
-    name: str = ""
-    bus: str = ""
-    type: str = ""
-
-
-class Watchdog(_Model):
-    name: str = ""
-    i6300esb: dict[str, Any] | None = None
-    diag288: dict[str, Any] | None = None
-
-
-class GPU(_Model):
-    name: str
-    deviceName: str = ""
-    virtualGPUOptions: dict[str, Any] | None = None
-    tag: str = ""
-    claimName: str | None = None
-    requestName: str | None = None
-
-
-class HostDevice(_Model):
-    name: str
-    deviceName: str = ""
-    tag: str = ""
-    claimName: str | None = None
-    requestName: str | None = None
-
-
-class Filesystem(_Model):
-    name: str
-    virtiofs: Empty | None = None
-
-
-class SoundDevice(_Model):
-    name: str = ""
-    model: str = ""
-
-
-class TPMDevice(_Model):
-    enabled: bool | None = None
-    persistent: bool | None = None
-
-
-class PanicDevice(_Model):
-    model: str = ""
-
-
-class Devices(_Model):
-    useVirtioTransitional: bool | None = None
-    disableHotplug: bool = False
-    disks: list[Disk] = Field(default_factory=list)
-    watchdog: Watchdog | None = None
-    interfaces: list[Interface] = Field(default_factory=list)
-    inputs: list[Input] = Field(default_factory=list)
-    autoattachPodInterface: bool | None = None
-    autoattachGraphicsDevice: bool | None = None
-    autoattachSerialConsole: bool | None = None
-    logSerialConsole: bool | None = None
-    autoattachMemBalloon: bool | None = None
-    autoattachInputDevice: bool | None = None
-    autoattachVSOCK: bool | None = None
-    rng: Empty | None = None
-    blockMultiQueue: bool | None = None
-    networkInterfaceMultiqueue: bool | None = None
-    gpus: list[GPU] = Field(default_factory=list)
-    downwardMetrics: Empty | None = None
-    panicDevices: list[PanicDevice] = Field(default_factory=list)
-    filesystems: list[Filesystem] = Field(default_factory=list)
-    hostDevices: list[HostDevice] = Field(default_factory=list)
-    clientPassthrough: Empty | None = None
-    sound: SoundDevice | None = None
-    tpm: TPMDevice | None = None
-    video: dict[str, Any] | None = None
-
-
-class DomainSpec(_Model):
-    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
-    cpu: CPU | None = None
-    memory: Memory | None = None
-    machine: Machine | None = None
-    firmware: Firmware | None = None
-    clock: Clock | None = None
-    features: Features | None = None
-    devices: Devices = Field(default_factory=Devices)
-    ioThreadsPolicy: str = ""
-    ioThreads: dict[str, Any] | None = None
-    chassis: dict[str, Any] | None = None
-    launchSecurity: LaunchSecurity | None = None
-
-
-# --- spec.volumes and spec.networks ----------------------------------------------------------
-
-
-class ContainerDiskSource(_Model):
-    image: str = ""
-    path: str = ""
-    imagePullPolicy: str = ""
-    imagePullSecret: str = ""
-
-
-class PVCSource(_Model):
-    claimName: str
-    readOnly: bool = False
-    hotpluggable: bool = False
-
-
-class DataVolumeSource(_Model):
-    name: str
-    hotpluggable: bool = False
-
-
-class EphemeralSource(_Model):
-    persistentVolumeClaim: PVCSource
-
-
-class LocalObjectReference(_Model):
-    name: str = ""
-
-
-class CloudInitSource(_Model):
-    """Shared shape of `cloudInitNoCloud` and `cloudInitConfigDrive`."""
-
-    userData: str | None = None
-    userDataBase64: str | None = None
-    secretRef: LocalObjectReference | None = None
-    networkData: str | None = None
-    networkDataBase64: str | None = None
-    networkDataSecretRef: LocalObjectReference | None = None
-
-
-class EmptyDiskSource(_Model):
-    capacity: Quantity
-
-
-class HostDiskSource(_Model):
-    path: str
-    type: str  # "Disk" | "DiskOrCreate"
-    capacity: Quantity | None = None
-    shared: bool | None = None
-
-
-class ConfigMapSource(_Model):
-    name: str = ""
-    optional: bool | None = None
-    volumeLabel: str = ""
-
-
-class SecretSource(_Model):
-    secretName: str = ""
-    optional: bool | None = None
-    volumeLabel: str = ""
-
-
-class ServiceAccountSource(_Model):
-    serviceAccountName: str = ""
-
-
-class DownwardAPISource(_Model):
-    fields: list[dict[str, Any]] = Field(default_factory=list)
-    volumeLabel: str = ""
-
-
-class Volume(_Model):
-    name: str
-    containerDisk: ContainerDiskSource | None = None
-    ephemeral: EphemeralSource | None = None
-    cloudInitNoCloud: CloudInitSource | None = None
-    cloudInitConfigDrive: CloudInitSource | None = None
-    persistentVolumeClaim: PVCSource | None = None
-    dataVolume: DataVolumeSource | None = None
-    emptyDisk: EmptyDiskSource | None = None
-    hostDisk: HostDiskSource | None = None
-    configMap: ConfigMapSource | None = None
-    secret: SecretSource | None = None
-    serviceAccount: ServiceAccountSource | None = None
-    downwardAPI: DownwardAPISource | None = None
-    downwardMetrics: Empty | None = None
-    memoryDump: dict[str, Any] | None = None
-    sysprep: dict[str, Any] | None = None
-
-    SOURCES: ClassVar[tuple[str, ...]] = (
-        "containerDisk", "ephemeral", "cloudInitNoCloud", "cloudInitConfigDrive",
-        "persistentVolumeClaim", "dataVolume", "emptyDisk", "hostDisk", "configMap", "secret",
-        "serviceAccount", "downwardAPI", "downwardMetrics", "memoryDump", "sysprep",
-    )
-
-    @property
-    def source_kinds(self) -> list[str]:
-        """The JSON names of the volume sources that are set (KubeVirt requires exactly one)."""
-        return [kind for kind in self.SOURCES if getattr(self, kind) is not None]
-
-    @property
-    def source_kind(self) -> str:
-        """The JSON name of the first volume source that is set, or `""` when none is."""
-        kinds = self.source_kinds
-        return kinds[0] if kinds else ""
-
-
-class PodNetwork(_Model):
-    vmNetworkCIDR: str = ""
-    vmIPv6NetworkCIDR: str = ""
-
-
-class MultusNetwork(_Model):
-    networkName: str
-    default: bool = False
-
-
-class Network(_Model):
-    name: str
-    pod: PodNetwork | None = None
-    multus: MultusNetwork | None = None
 
 
 class Probe(_Model):
@@ -546,101 +116,6 @@ class VMISpec(_Model):
     architecture: str = ""
     nodeSelector: dict[str, str] = Field(default_factory=dict)
     priorityClassName: str = ""
-
-
-# --- status ----------------------------------------------------------------------------------
-
-
-class PVCInfo(_Model):
-    accessModes: list[str] = Field(default_factory=list)
-    volumeMode: str = ""  # "Filesystem" | "Block"
-    capacity: dict[str, Quantity] = Field(default_factory=dict)
-    requests: dict[str, Quantity] = Field(default_factory=dict)
-    preallocated: bool = False
-    filesystemOverhead: str | None = None  # CDI's fraction of a filesystem volume ("0.055")
-
-
-class HotplugVolumeStatus(_Model):
-    attachPodName: str = ""
-    attachPodUID: str = ""
-
-
-# `status.volumeStatus[].phase` values of a hotplugged volume in which virt-handler has mounted
-# it into the launcher pod (kubevirt staging/src/kubevirt.io/api/core/v1/types.go@d923fdb815cd):
-# the launcher attaches the disk only then (converter/storage/configurator.go: hotplugReady).
-HOTPLUG_READY_PHASES = ("MountedToPod", "Ready")
-
-
-class VolumeStatus(_Model):
-    name: str
-    target: str = ""
-    phase: str = ""
-    reason: str = ""
-    hotplugVolume: HotplugVolumeStatus | None = None
-    persistentVolumeClaimInfo: PVCInfo | None = None
-
-
-class InterfaceStatus(_Model):
-    name: str = ""
-    mac: str = ""
-    ipAddress: str = ""
-    interfaceName: str = ""
-    podInterfaceName: str = ""
-    infoSource: str = ""  # comma-separated: domain, guest-agent, multus-status
-
-
-class MemoryStatus(_Model):
-    guestAtBoot: Quantity | None = None
-    guestCurrent: Quantity | None = None
-    guestRequested: Quantity | None = None
-
-
-class CPUTopology(_Model):
-    cores: int = 0
-    sockets: int = 0
-    threads: int = 0
-
-
-class MigrationPeerState(_Model):
-    """`status.migrationState.sourceState` / `targetState` (decentralized migrations)."""
-
-    migrationUID: str = ""
-    virtualMachineInstanceUID: str = ""
-    pod: str = ""
-
-
-class MigrationState(_Model):
-    """What a launcher reads of `status.migrationState` (kubevirt staging/src/kubevirt.io/api/
-    core/v1/types.go@d923fdb815cd `VirtualMachineInstanceMigrationState`)."""
-
-    targetPod: str = ""
-    sourcePod: str = ""
-    migrationUID: str = ""
-    sourceNode: str = ""
-    targetNode: str = ""
-    abortRequested: bool = False
-    sourceState: MigrationPeerState | None = None
-    targetState: MigrationPeerState | None = None
-
-
-class Condition(_Model):
-    type: str = ""
-    status: str = ""
-    reason: str = ""
-
-
-class VMIStatus(_Model):
-    phase: str = ""
-    VSOCKCID: int | None = None
-    volumeStatus: list[VolumeStatus] = Field(default_factory=list)
-    interfaces: list[InterfaceStatus] = Field(default_factory=list)
-    migrationState: MigrationState | None = None
-    migrationTransport: str = ""  # "Unix" for every VMI created by KubeVirt >= 1.5; "" = legacy TCP
-    conditions: list[Condition] = Field(default_factory=list)
-    launcherContainerImageVersion: str = ""
-    runtimeUser: int = 0
-    memory: MemoryStatus | None = None
-    currentCPUTopology: CPUTopology | None = None
 
 
 class VirtualMachineInstance(_Model):
@@ -740,4 +215,3 @@ def parse_vmi(payload: bytes | str | dict[str, Any], *, prefix: str = "") -> Vir
         raise from_validation_error(e, prefix) from None
     except (TypeError, ValueError, RecursionError) as e:  # defensive: pydantic wraps most errors
         raise InvalidVMI(f"the VMI could not be decoded: {e}") from None
-
