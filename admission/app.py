@@ -5,7 +5,7 @@ Why aiohttp (docs/admission.md): already a dependency, one asyncio server with s
 (`client_max_size`), and fast enough (bench/admission.py).
 
 Paths (DESIGN.md): `POST /validate`, `POST /mutate-pod`, `GET /healthz`, `GET /readyz`,
-`GET /metrics`. Deciding is pure (`rules.py`, `mutate.py`); this module only reads bodies,
+`GET /metrics`, and `POST /mutate-vmi` (virt-controller's VMI writes: `launcher_status.py`). Deciding is pure (`rules.py`, `mutate.py`); this module only reads bodies,
 does the API calls in a thread pool, and answers. A body that is not an AdmissionReview is
 answered at once with its HTTP status and a `metav1.Status` naming the problem: 415 (not
 `application/json`), 413 (over `MAX_BODY`, without reading it), 408 (body not received within
@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from admission import mutate, rules
+from admission import launcher_status, mutate, rules
 from admission.cluster import KubeVirtStatus, conditions
 from admission.config import Config, ConfigError, load_config
 from admission.kube import KubeClient, KubeError
@@ -47,6 +47,9 @@ MAX_BODY = 3 * 1024 * 1024 + 64 * 1024  # the API server sends at most ~3 MiB ob
 BODY_TIMEOUT = 5.0
 KUBEVIRT_TTL = 300.0  # re-read the KubeVirt CR this often
 KUBEVIRT_ERROR_TTL = 5.0  # retry this soon after a failed read
+# /mutate-vmi writes virt-controller's launcher image into VMIs: read it at most this long ago, so
+# that a KubeVirt upgrade (a new image) is seen before the new virt-controller's first writes.
+LAUNCHER_IMAGE_MAX_AGE = 10.0
 READY_TTL = 10.0  # /readyz re-probes the API server at most this often
 CERT_RECHECK = 600.0  # --self-signed: re-read the Secret and re-check caBundle this often
 
@@ -86,14 +89,20 @@ class KubeVirtCache:
         self._good: KubeVirtStatus | None = None
         self.fetched: KubeVirtStatus | None = None
         self._expires = 0.0
+        self._read_at = 0.0
         self._lock = asyncio.Lock()
 
-    async def get(self) -> KubeVirtStatus:
-        if self._value is not None and time.monotonic() < self._expires:
-            return self._value
+    def _fresh(self, max_age: float | None) -> bool:
+        now = time.monotonic()
+        return self._value is not None and now < self._expires and (max_age is None or now - self._read_at < max_age)
+
+    async def get(self, max_age: float | None = None) -> KubeVirtStatus:
+        """The status, read again when older than its TTL or than `max_age` seconds."""
+        if self._fresh(max_age):
+            return self._value  # type: ignore[return-value]
         async with self._lock:
-            if self._value is not None and time.monotonic() < self._expires:
-                return self._value
+            if self._fresh(max_age):
+                return self._value  # type: ignore[return-value]
             return await self._refresh_locked()
 
     async def refresh(self) -> KubeVirtStatus:
@@ -103,6 +112,7 @@ class KubeVirtCache:
 
     async def _refresh_locked(self) -> KubeVirtStatus:
         status = self.fetched = await self._run(self._fetch)
+        self._read_at = time.monotonic()
         if status.version is not None:
             self._good = status
         elif self._good is not None:
@@ -206,11 +216,12 @@ def make_app(server: Server) -> web.Application:
     """The aiohttp application. Separate from serving so tests can run it on any socket."""
     metrics = server.metrics
 
+    paths = ("/validate", "/mutate-pod", "/mutate-vmi", "/healthz", "/readyz", "/metrics")
+
     @web.middleware
     async def observe(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
         start = time.perf_counter()
-        path = request.path if request.path in ("/validate", "/mutate-pod", "/healthz", "/readyz", "/metrics") \
-            else "other"
+        path = request.path if request.path in paths else "other"
         try:
             response = await handler(request)
             verdict = request.get("verdict") or str(response.status)
@@ -252,6 +263,22 @@ def make_app(server: Server) -> web.Application:
         _log_outcome("/mutate-pod", req, first)
         return web.json_response(first.review)
 
+    async def mutate_vmi(request: web.Request) -> web.Response:
+        req = await _read_review(request)
+        launcher = None
+        if server.kubevirt is not None and launcher_status.wants_launcher_image(req, server.config):
+            launcher = (await server.kubevirt.get(max_age=LAUNCHER_IMAGE_MAX_AGE)).launcher_image
+        outcome = launcher_status.decide(req, server.config, launcher)
+        request["verdict"] = outcome.verdict
+        if outcome.verdict == "unknown":
+            log.warning("/mutate-vmi %s/%s: cannot make it current, virt-controller's launcher image is not known "
+                        "(%s); it looks outdated to KubeVirt", req.namespace, req.name,
+                        launcher.error if launcher is not None else "no Kubernetes API client")
+        elif outcome.verdict == "outdated" or log.isEnabledFor(logging.DEBUG):
+            log.log(logging.INFO if outcome.verdict == "outdated" else logging.DEBUG, "/mutate-vmi %s %s/%s",
+                    outcome.verdict, req.namespace, req.name)
+        return web.json_response(outcome.review)
+
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
@@ -279,6 +306,7 @@ def make_app(server: Server) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY, middlewares=[observe])
     app.router.add_post("/validate", validate)
     app.router.add_post("/mutate-pod", mutate_pod)
+    app.router.add_post("/mutate-vmi", mutate_vmi)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_handler)
@@ -387,7 +415,7 @@ async def serve(ns: argparse.Namespace, config: Config, kube: KubeClient | None)
         site = web.TCPSite(runner, ns.address, ns.port, ssl_context=server.tls.base, backlog=1024)
         await site.start()
         port = next(iter(runner.addresses))[1]
-        log.info("serving https://%s:%d (validate, mutate-pod, healthz, readyz, metrics)", ns.address, port)
+        log.info("serving https://%s:%d (validate, mutate-pod, mutate-vmi, healthz, readyz, metrics)", ns.address, port)
         renewal = asyncio.create_task(_self_signed_loop(server, ns)) if ns.self_signed else None
         watching = asyncio.create_task(_kubevirt_loop(server)) if server.kubevirt is not None else None
         await stop.wait()

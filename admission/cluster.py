@@ -15,10 +15,18 @@ blocked by it.
 `conditions()`: what about the cluster concerns every Cloud Hypervisor VMI at once (the CR cannot
 be read, its version is outside the range, its workload updater would evict or migrate them).
 The server reports these to operators, not to the authors of VMIs.
+
+`kubevirt_launcher_image()` is virt-controller's launcher image as virt-operator computes it
+(`pkg/virt-operator/resource/generate/components/deployments.go`: `NewControllerDeployment`,
+`--launcher-image`): the deployment config's `virtLauncherImage` when set, otherwise
+`<registry>/<imagePrefix>virt-launcher:<kubeVirtVersion>` (`AddVersionSeparatorPrefix`), read
+from the KubeVirt CR's `status.targetDeploymentConfig` (what virt-operator is deploying; the
+workload updater only acts once it equals the observed one), else `observedDeploymentConfig`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +34,53 @@ from typing import Any
 from admission.selection import get
 from admission.versions import VersionRange
 from ch_launcher.kubevirt.quantity import quantity_bytes
+
+DEPLOYMENT_CONFIGS = ("targetDeploymentConfig", "observedDeploymentConfig")
+
+
+@dataclass(frozen=True)
+class LauncherImage:
+    """virt-controller's launcher image (`image`), or why it is not known (`error`)."""
+
+    image: str | None
+    source: str = ""  # the KubeVirt CR's status field it came from
+    error: str = ""
+
+
+def kubevirt_launcher_image(cr: Any) -> LauncherImage:
+    """virt-controller's `--launcher-image`, from a KubeVirt CR. Never raises."""
+    status = get(cr, "status")
+    if not isinstance(status, dict):
+        return LauncherImage(None, error="the KubeVirt resource has no status")
+    problems = []
+    for key in DEPLOYMENT_CONFIGS:
+        text = status.get(key)
+        if not isinstance(text, str) or not text:
+            continue
+        try:
+            config = json.loads(text)
+        except ValueError as e:
+            problems.append(f"status.{key} is not JSON ({e})")
+            continue
+        if not isinstance(config, dict):
+            problems.append(f"status.{key} is not a JSON object")
+            continue
+        image = config.get("virtLauncherImage")
+        if isinstance(image, str) and image:
+            return LauncherImage(image, f"status.{key}")
+        fields = [config.get(k, "") for k in ("registry", "imagePrefix", "kubeVirtVersion")]
+        if not all(isinstance(f, str) for f in fields) or not fields[0] and not fields[2]:
+            problems.append(f"status.{key} names no registry and version")
+            continue
+        registry, prefix, version = fields
+        return LauncherImage(f"{registry}/{prefix}virt-launcher{_version_suffix(version)}", f"status.{key}")
+    return LauncherImage(None, error="; ".join(problems) or
+                         "the KubeVirt resource has no status.targetDeploymentConfig or observedDeploymentConfig")
+
+
+def _version_suffix(version: str) -> str:
+    """`AddVersionSeparatorPrefix`: a tag gets `:`; a template (`{{if ...`) is left as it is."""
+    return version if version.startswith("{{if") else f":{version}"
 
 
 @dataclass(frozen=True)
@@ -37,6 +92,8 @@ class KubeVirtStatus:
     error: str | None = None
     ratio: str | None = None  # spec.configuration.additionalGuestMemoryOverheadRatio (KubeVirt's own)
     update_methods: tuple[str, ...] = ()  # spec.workloadUpdateStrategy.workloadUpdateMethods
+    # virt-controller's launcher image (status.targetDeploymentConfig / observedDeploymentConfig)
+    launcher_image: LauncherImage = field(default_factory=lambda: LauncherImage(None, error="not read"))
 
     @classmethod
     def from_cr(cls, cr: Any) -> KubeVirtStatus:
@@ -59,10 +116,11 @@ class KubeVirtStatus:
         ratio = ratio if isinstance(ratio, str) and ratio else None
         methods = get(cr, "spec", "workloadUpdateStrategy", "workloadUpdateMethods")
         methods = tuple(m for m in methods if isinstance(m, str)) if isinstance(methods, list) else ()
+        launcher = kubevirt_launcher_image(cr)
         if not isinstance(version, str) or not version:
-            return cls(bindings=bindings, ratio=ratio, update_methods=methods,
+            return cls(bindings=bindings, ratio=ratio, update_methods=methods, launcher_image=launcher,
                        error="the KubeVirt resource has no status.observedKubeVirtVersion yet")
-        return cls(version=version, bindings=bindings, ratio=ratio, update_methods=methods)
+        return cls(version=version, bindings=bindings, ratio=ratio, update_methods=methods, launcher_image=launcher)
 
 
 def version_problem(status: KubeVirtStatus | None, supported: VersionRange) -> str | None:

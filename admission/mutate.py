@@ -10,7 +10,10 @@ VMI (I/O in `kube.py`) and `mutate_pod()` returns a JSONPatch that
 - replaces KubeVirt's overhead by ours in the memory request and limit and in the
   `kubevirt.io/memory-overhead-bytes` annotation (what KubeVirt added is read from that
   annotation; without it, estimated with KubeVirt's formula, erring small);
-- records what changed in `kubevirt-ch.io/launcher-mutation` (JSON).
+- records what changed in `kubevirt-ch.io/launcher-mutation` (JSON);
+- drops the VMI's `kubevirt-ch.io/launcher-image` (`launcher_status.py`), which virt-controller
+  copies to the pods it renders with the VMI's other annotations: it names the image of the VMI's
+  current pod, not of this one (a migration target's).
 
 The record makes the patch idempotent: a pod that carries it only gets its image and command
 put back if another mutator changed them (reinvocationPolicy IfNeeded), never a second memory
@@ -46,6 +49,7 @@ EPHEMERAL_ANNOTATION = "kubevirt.io/ephemeral-provisioning"
 DOMAIN_ANNOTATION = "kubevirt.io/domain"
 OVERHEAD_ANNOTATION = "kubevirt.io/memory-overhead-bytes"
 RECORD_ANNOTATION = "kubevirt-ch.io/launcher-mutation"
+IMAGE_ANNOTATION = "kubevirt-ch.io/launcher-image"  # launcher_status.IMAGE_ANNOTATION, on the VMI
 COMPUTE = "compute"
 RUNTIME_PROCESSES_FLAG = "--kubevirt-runtime-processes"  # ch_launcher/cli.py
 # What virt-controller renders as the compute command's first word (template.go@d923fdb815cd).
@@ -176,6 +180,8 @@ def mutate_pod(request: AdmissionRequest, config: Config, needs: NeedsVMI, vmi: 
                 "path": pointer("metadata", "annotations", OVERHEAD_ANNOTATION), "value": str(overhead)})
     ops.append({"op": "add", "path": pointer("metadata", "annotations", RECORD_ANNOTATION),
                 "value": json.dumps(record, sort_keys=True, separators=(",", ":"))})
+    if IMAGE_ANNOTATION in annotations(pod):
+        ops.append({"op": "remove", "path": pointer("metadata", "annotations", IMAGE_ANNOTATION)})
     audit = {"launcher-image": config.launcher.image}
     if MIGRATION_LABEL in _labels(pod):
         audit["migration-target"] = "true"

@@ -70,13 +70,19 @@ class FakeKubeAPI:
         self.put(f"/apis/kubevirt.io/v1/namespaces/{meta['namespace']}/virtualmachineinstances/{meta['name']}", vmi)
 
     def add_kubevirt(self, version: str | None, namespace: str = "kubevirt", name: str = "kubevirt",
-                     bindings: dict[str, str] | None = None, update_methods: list[str] | None = None) -> None:
+                     bindings: dict[str, str] | None = None, update_methods: list[str] | None = None,
+                     deployment_config: dict[str, Any] | None = None) -> None:
+        """`deployment_config`: virt-operator's KubeVirtDeploymentConfig, as the JSON string it
+        keeps in status.targetDeploymentConfig and observedDeploymentConfig."""
         obj: dict[str, Any] = {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
                                "metadata": {"name": name, "namespace": namespace}, "spec": {}, "status": {}}
         if update_methods:
             obj["spec"]["workloadUpdateStrategy"] = {"workloadUpdateMethods": list(update_methods)}
         if version:
             obj["status"]["observedKubeVirtVersion"] = version
+        if deployment_config is not None:
+            text = json.dumps(deployment_config)
+            obj["status"]["targetDeploymentConfig"] = obj["status"]["observedDeploymentConfig"] = text
         if bindings:
             obj["spec"]["configuration"] = {"network": {"binding": {
                 k: {"sidecarImage": "x", "computeResourceOverhead": {"requests": {"memory": v}}}

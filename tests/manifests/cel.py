@@ -33,9 +33,10 @@ def _program(expression: str):
     return _PROGRAMS[expression]
 
 
-def request_for(kind: str, operation: str, namespace: str = "default") -> dict[str, Any]:
+def request_for(kind: str, operation: str, namespace: str = "default",
+                user: str = "kubernetes-admin") -> dict[str, Any]:
     group, version, resource = RESOURCES[kind]
-    return {"operation": operation, "namespace": namespace,
+    return {"operation": operation, "namespace": namespace, "userInfo": {"username": user},
             "kind": {"group": group, "version": version, "kind": kind},
             "resource": {"group": group, "version": version, "resource": resource}}
 
@@ -49,9 +50,9 @@ def evaluate(expression: str, **activation: Any) -> Any:
 
 
 def webhook_matches(webhook: dict, kind: str, obj: dict, old: dict | None = None,
-                    operation: str = "CREATE", namespace: str = "default") -> bool:
+                    operation: str = "CREATE", namespace: str = "default", user: str = "kubernetes-admin") -> bool:
     """All matchConditions of a webhook are true (the request is sent to the server)."""
-    act = {"object": obj, "oldObject": old, "request": request_for(kind, operation, namespace)}
+    act = {"object": obj, "oldObject": old, "request": request_for(kind, operation, namespace, user)}
     return all(bool(evaluate(c["expression"], **act)) for c in webhook.get("matchConditions", []))
 
 

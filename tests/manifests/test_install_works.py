@@ -26,6 +26,7 @@ from tests.manifests.render import one
 from tests.unit.admission import builders
 
 pytestmark = pytest.mark.timeout(120)
+LAUNCHER_IMAGE = "ghcr.io/kubevirt-ch/ch-launcher:v0.1.0"  # addon_manifests' configuration
 
 
 class RBACFakeKubeAPI(FakeKubeAPI):
@@ -73,13 +74,18 @@ def reviews_for(webhook_name: str) -> dict[str, Any]:
         return builders.review(builders.replicaset(vmi))
     if webhook_name.startswith("pools."):
         return builders.review(builders.pool(vmi))
+    if webhook_name.startswith("launcher-status."):  # virt-controller's write of a running VMI
+        running = {**vmi, "metadata": {**vmi["metadata"], "labels": {"kubevirt.io/outdatedLauncherImage": ""}},
+                   "status": {"phase": "Running", "launcherContainerImageVersion": LAUNCHER_IMAGE}}
+        return builders.review(running, operation="UPDATE", old=running)
     assert webhook_name.startswith("launcher-pods.")
     return builders.review(builders.launcher_pod(vmi), kind="Pod", name="")
 
 
 def seed(api: FakeKubeAPI, objects: list[dict[str, Any]]) -> None:
     """What exists in the cluster: KubeVirt, the owner VMI of the launcher pod, and the webhooks."""
-    api.add_kubevirt("v1.9.0-beta.0-1264-gd923fdb815cd")
+    api.add_kubevirt("v1.9.0-beta.0-1264-gd923fdb815cd", deployment_config={
+        "registry": "quay.io/kubevirt", "kubeVirtVersion": "v1.9.0-beta.0-1264-gd923fdb815cd"})
     vmi = builders.vmi(annotations=builders.CH)
     vmi["metadata"]["uid"] = "vmi-uid"
     api.add_vmi(vmi)
@@ -107,10 +113,14 @@ def exercise(container: Container, api: FakeKubeAPI, objects: list[dict[str, Any
             answer = json.loads(body)
             assert answer["response"]["uid"] == review["request"]["uid"]
             assert answer["response"]["allowed"] is True, f"{hook['name']}: {answer['response']}"
-            if hook["name"].startswith("launcher-pods."):
+            if hook["name"].startswith(("launcher-pods.", "launcher-status.")):
                 assert answer["response"]["patchType"] == "JSONPatch" and answer["response"]["patch"]
+            if hook["name"].startswith("launcher-status."):
+                assert {"op": "replace", "path": "/status/launcherContainerImageVersion",
+                        "value": "quay.io/kubevirt/virt-launcher:v1.9.0-beta.0-1264-gd923fdb815cd"} \
+                    in json.loads(base64.b64decode(answer["response"]["patch"]))
             calls += 1
-    assert calls == 5
+    assert calls == 6
     (c,) = one(objects, "Deployment", "ch-admission")["spec"]["template"]["spec"]["containers"]
     for probe in ("readinessProbe", "livenessProbe"):
         get = c[probe]["httpGet"]

@@ -1,4 +1,8 @@
-"""The two webhook configurations: what reaches the server, and how it fails."""
+"""The two webhook configurations: what reaches the server, and how it fails.
+
+Five webhooks judge what users create (the validators and the launcher-pod mutator: failurePolicy
+Fail, selected by the annotation); the sixth, launcher-status, rewrites virt-controller's own VMI
+writes (failurePolicy Ignore, tests at the end)."""
 
 from __future__ import annotations
 
@@ -33,13 +37,29 @@ def validating(objects):
     return {h["name"]: h for h in one(objects, "ValidatingWebhookConfiguration", VALIDATOR)["webhooks"]}
 
 
+STATUS_WEBHOOK = "launcher-status.mutator.kubevirt-ch.io"
+
+
 def mutating(objects):
-    return one(objects, "MutatingWebhookConfiguration", MUTATOR)["webhooks"]
+    """The launcher-pod mutator (the configuration's other webhook is `status_webhook()`)."""
+    return [h for h in one(objects, "MutatingWebhookConfiguration", MUTATOR)["webhooks"] if h["name"] != STATUS_WEBHOOK]
+
+
+def status_webhook(objects):
+    (hook,) = [h for h in one(objects, "MutatingWebhookConfiguration", MUTATOR)["webhooks"]
+               if h["name"] == STATUS_WEBHOOK]
+    return hook
+
+
+def gatekeepers(objects):
+    """The webhooks that judge what users create: all but the launcher-status one."""
+    return [h for h in all_webhooks(objects) if h["name"] != STATUS_WEBHOOK]
 
 
 def test_the_webhook_configurations_have_the_shared_names(webhooks):
     assert set(validating(webhooks)) == set(VALIDATING_WEBHOOKS)
-    assert [h["name"] for h in mutating(webhooks)] == ["launcher-pods.mutator.kubevirt-ch.io"]
+    assert [h["name"] for h in one(webhooks, "MutatingWebhookConfiguration", MUTATOR)["webhooks"]] == \
+        ["launcher-pods.mutator.kubevirt-ch.io", STATUS_WEBHOOK]
 
 
 def test_the_server_keeps_the_ca_bundle_of_exactly_these_configurations(webhooks):
@@ -49,7 +69,7 @@ def test_the_server_keeps_the_ca_bundle_of_exactly_these_configurations(webhooks
 
 
 def test_every_webhook_fails_closed_quickly_and_without_side_effects(default_install):
-    hooks = all_webhooks(default_install)
+    hooks = gatekeepers(default_install)
     assert len(hooks) == 5
     for hook in hooks:
         assert hook["failurePolicy"] == "Fail", hook["name"]  # Ignore would start CH VMIs on QEMU
@@ -67,7 +87,8 @@ def test_every_webhook_calls_the_addon_service_on_the_servers_paths(default_inst
         svc = hook["clientConfig"]["service"]
         assert (svc["namespace"], svc["name"], svc["port"]) == ("kubevirt-ch", admission_cli.DEFAULT_SERVICE, 443)
         assert "url" not in hook["clientConfig"]
-        expected = "/mutate-pod" if hook["name"].startswith("launcher-pods.") else "/validate"
+        expected = {"launcher-pods.mutator.kubevirt-ch.io": "/mutate-pod",
+                    STATUS_WEBHOOK: "/mutate-vmi"}.get(hook["name"], "/validate")
         assert svc["path"] == expected, hook["name"]
 
 
@@ -101,7 +122,7 @@ def selection(hook):
 
 
 def test_match_conditions_test_the_annotation_key_and_value(default_install):
-    for hook in all_webhooks(default_install):
+    for hook in gatekeepers(default_install):
         cond = selection(hook)
         assert f"'{samples.KEY}'" in cond["expression"], hook["name"]
         assert "'cloud-hypervisor'" in cond["expression"], hook["name"]
@@ -232,3 +253,73 @@ def test_the_webhooks_send_exactly_what_the_server_treats_as_selected(webhooks, 
     the server would check is kept from it, and nothing it ignores is sent."""
     (hook,) = [h for h in validating(webhooks).values() if VALIDATING_WEBHOOKS[h["name"]][0] == kind]
     assert webhook_matches(hook, kind, obj) is target(kind, obj).selected
+
+
+# --- launcher-status: virt-controller's writes of Cloud Hypervisor VMIs (docs/migration.md §6) ---
+
+CONTROLLER = "system:serviceaccount:kubevirt:kubevirt-controller"
+
+
+def reported_vmi(annotations=samples.CH, phase="Running", labelled=True, image="ghcr.io/kubevirt-ch/ch-launcher:v0.1.0"):
+    vmi = samples.vmi(annotations)
+    vmi["metadata"]["labels"] = {"kubevirt.io/outdatedLauncherImage": ""} if labelled else {"app": "web"}
+    vmi["status"] = {"phase": phase, "launcherContainerImageVersion": image}
+    return vmi
+
+
+def test_the_launcher_status_webhook_fails_open_and_never_holds_virt_controller_up(webhooks):
+    """Down or slow, virt-controller's write goes through as it was sent (the VMI merely looks
+    outdated, as without the add-on), after at most timeoutSeconds."""
+    hook = status_webhook(webhooks)
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["sideEffects"] == "None" and hook["timeoutSeconds"] <= 3
+    assert hook["reinvocationPolicy"] == "IfNeeded"  # the server's patch is idempotent
+    assert hook["rules"] == [{"apiGroups": ["kubevirt.io"], "apiVersions": ["v1"], "resources": ["virtualmachineinstances"],
+                              "operations": ["UPDATE"], "scope": "Namespaced"}]
+    assert [c["name"] for c in hook["matchConditions"]] == [
+        "written-by-virt-controller", "selects-cloud-hypervisor", "labelled-outdated-while-scheduled-or-running"]
+
+
+@pytest.mark.parametrize("why, obj, user, matched", [
+    ("virt-controller's patch of a running VMI", reported_vmi(), CONTROLLER, True),
+    ("the Update that moves it into Scheduled", reported_vmi(phase="Scheduled"), CONTROLLER, True),
+    ("virt-controller of KubeVirt in another namespace", reported_vmi(),
+     "system:serviceaccount:openshift-cnv:kubevirt-controller", True),
+    ("virt-handler", reported_vmi(), "system:serviceaccount:kubevirt:kubevirt-handler", False),
+    ("a user", reported_vmi(), "kubernetes-admin", False),
+    ("a look-alike name", reported_vmi(), "kubevirt-controller", False),
+    ("a VMI on QEMU", reported_vmi(annotations=None), CONTROLLER, False),
+    ("a VMI that is not labelled outdated", reported_vmi(labelled=False), CONTROLLER, False),
+    ("an Update while Scheduling", reported_vmi(phase="Scheduling"), CONTROLLER, False),
+    ("a final VMI", reported_vmi(phase="Failed"), CONTROLLER, False),
+])
+def test_only_virt_controllers_writes_of_labelled_ch_vmis_reach_the_server(webhooks, why, obj, user, matched):
+    hook = status_webhook(webhooks)
+    assert webhook_matches(hook, "VirtualMachineInstance", obj, old=obj, operation="UPDATE", user=user) is matched, why
+
+
+def test_a_vmi_without_labels_or_status_does_not_reach_the_server(webhooks):
+    hook = status_webhook(webhooks)
+    bare = samples.vmi(samples.CH)
+    assert not webhook_matches(hook, "VirtualMachineInstance", bare, old=bare, operation="UPDATE", user=CONTROLLER)
+
+
+@pytest.mark.parametrize("obj, user", [
+    (reported_vmi(), CONTROLLER), (reported_vmi(phase="Scheduled"), CONTROLLER), (reported_vmi(phase="Scheduling"), CONTROLLER),
+    (reported_vmi(), "system:serviceaccount:kubevirt:kubevirt-handler"), (reported_vmi(annotations=None), CONTROLLER),
+])
+def test_every_write_the_server_would_make_current_reaches_it(webhooks, obj, user):
+    """The matchConditions keep nothing from the server that it would rewrite. (virt-controller
+    labels every VMI whose pod image is not its own, so it never writes an unlabelled one with the
+    ch-launcher image.)"""
+    from admission.cluster import LauncherImage
+    from admission.config import load_config
+    from admission.launcher_status import decide
+    from admission.review import parse_review
+    from tests.unit.admission import builders
+    review = builders.review(obj, operation="UPDATE", old=obj)
+    review["request"]["userInfo"]["username"] = user
+    verdict = decide(parse_review(review), load_config(), LauncherImage("quay.io/kubevirt/virt-launcher:v1.9.0")).verdict
+    hook = status_webhook(webhooks)
+    if verdict == "current":
+        assert webhook_matches(hook, "VirtualMachineInstance", obj, old=obj, operation="UPDATE", user=user)

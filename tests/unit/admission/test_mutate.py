@@ -182,6 +182,17 @@ def test_a_migration_target_pod_is_mutated_the_same_way():
     assert response["auditAnnotations"]["migration-target"] == "true"
 
 
+def test_the_vmis_launcher_image_annotation_is_not_carried_into_a_new_pod():
+    """virt-controller copies the VMI's annotations to the pods it renders; the one that names
+    the image of the VMI's current pod would be wrong on a migration target."""
+    vmi = the_vmi()
+    vmi["metadata"]["annotations"]["kubevirt-ch.io/launcher-image"] = "ghcr.io/kubevirt-ch/ch-launcher:v0.0.9"
+    pod = b.launcher_pod(vmi, migration=True)
+    pod["metadata"]["annotations"]["kubevirt-ch.io/launcher-image"] = "ghcr.io/kubevirt-ch/ch-launcher:v0.0.9"
+    _, verdict, patched = run(pod, vmi)
+    assert verdict == "mutated" and "kubevirt-ch.io/launcher-image" not in patched["metadata"]["annotations"]
+
+
 @pytest.mark.parametrize("change", ["label", "annotation", "ephemeral", "operation"])
 def test_pods_that_are_not_ch_launcher_pods_are_left_alone(change):
     pod = b.launcher_pod(the_vmi())
