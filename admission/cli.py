@@ -3,10 +3,13 @@
     ch-admission [serve] --config FILE [--tls-cert-file F --tls-private-key-file F | --self-signed] ...
     ch-admission check FILE...       verdict, field paths and warnings per object; exit 1 if any is denied
     ch-admission overhead FILE...    per VMI: Cloud Hypervisor overhead beside KubeVirt's QEMU figure
+    ch-admission outdated [--resync] which Cloud Hypervisor VMIs KubeVirt calls outdated, and which it
+                                     should; --resync makes virt-controller write the others again
 
 `serve` is the default subcommand. Flags and defaults are shared with addon_manifests (see
 docs/admission.md); `--namespace` defaults to the POD_NAMESPACE environment variable.
-Exit codes: 0 success, 1 an object was denied (check), 2 bad usage or configuration.
+Exit codes: 0 success, 1 an object was denied (check) or a VMI does not look as it should
+(outdated), 2 bad usage or configuration.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Sequence
 
 from admission.config import DEFAULT_PATH
 
-SUBCOMMANDS = ("serve", "check", "overhead")
+SUBCOMMANDS = ("serve", "check", "overhead", "outdated")
 DEFAULT_PORT = 8443
 DEFAULT_CERT_DIR = "/var/run/ch-admission/certs"
 DEFAULT_NAMESPACE = "kubevirt-ch"
@@ -32,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ch-admission",
         description="Admission webhooks and overhead calculator for KubeVirt VMIs on Cloud Hypervisor.")
-    sub = parser.add_subparsers(dest="command", metavar="{serve,check,overhead}")
+    sub = parser.add_subparsers(dest="command", metavar="{serve,check,overhead,outdated}")
 
     serve = sub.add_parser("serve", help="run the HTTPS admission server (default)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="HTTPS port (default %(default)s)")
@@ -76,6 +79,17 @@ def build_parser() -> argparse.ArgumentParser:
                           help="which KubeVirt constants to compare against (default %(default)s)")
     overhead.add_argument("--arch", default="amd64", choices=["amd64", "arm64", "s390x"],
                           help="cluster CPU architecture (default %(default)s)")
+
+    outdated = sub.add_parser("outdated", help="Cloud Hypervisor VMIs KubeVirt calls outdated, and those it should "
+                                               "(docs/operations.md §7); needs the cluster")
+    outdated.add_argument("--config", default=None,
+                          help="the add-on's configuration file (default: the packaged example); use the "
+                               "ConfigMap's config.yaml of the running add-on")
+    outdated.add_argument("--kubeconfig", default="",
+                          help="kubeconfig with list and patch rights on VMIs (default: $KUBECONFIG, "
+                               "~/.kube/config, in-cluster)")
+    outdated.add_argument("--resync", action="store_true",
+                          help="make virt-controller write again every VMI that does not look as it should")
     return parser
 
 
@@ -95,6 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.command == "check":
         from admission.offline import check_main
         return check_main(ns)
+    if ns.command == "outdated":
+        from admission.outdated import outdated_main
+        return outdated_main(ns)
     from admission.offline import overhead_main
     return overhead_main(ns)
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from admission.cluster import KubeVirtStatus, LauncherImage, kubevirt_launcher_image
 from admission.config import parse_config
 from admission.launcher_status import IMAGE_ANNOTATION, OUTDATED_LABEL, decide, wants_launcher_image
+from admission.outdated import resync_patch, rows
 from admission.review import parse_review
 from tests.unit.admission.virt_controller import (
     CONTROLLER, HANDLER, ApiServer, VirtController, has_outdated_label, is_outdated, migrate, new_vmi,
@@ -251,6 +252,33 @@ def test_with_the_webhook_down_the_vmi_merely_looks_outdated_until_virt_controll
     assert is_outdated(api.stored, KV)
     vc.reconcile(api, CH, conditions=READY + [{"type": "LiveMigratable", "status": "True"}])
     assert not is_outdated(api.stored, KV)
+
+
+def test_removing_the_label_makes_virt_controller_write_again():
+    """`ch-admission outdated --resync` removes the label and the annotation (a plain metadata
+    patch any operator may send); the watch event makes virt-controller reconcile and write."""
+    api, vc = ApiServer(new_vmi(), config(), LauncherImage(KV)), VirtController(KV)
+    started(api, vc)
+    migrate(api)
+    api.webhook_up = False
+    vc.reconcile(api, CH)
+    api.webhook_up = True
+    assert [r.mismatch for r in rows([api.stored], api.config)] == [True]
+    assert api.patch(resync_patch(api.stored), "kubernetes-admin")
+    vc.reconcile(api, CH)
+    assert not is_outdated(api.stored, KV) and not has_outdated_label(api.stored)
+    assert [r.mismatch for r in rows([api.stored], api.config)] == [False]
+
+
+def test_after_an_addon_upgrade_a_resync_makes_the_old_image_vmis_outdated_at_once():
+    api, vc = ApiServer(new_vmi(), config(CH), LauncherImage(KV)), VirtController(KV)
+    started(api, vc)
+    api.config = config(CH_NEXT)
+    (row,) = rows([api.stored], api.config)
+    assert (row.image, row.kubevirt, row.wanted) == (CH, "current", "outdated")
+    assert api.patch(resync_patch(api.stored), "kubernetes-admin")
+    vc.reconcile(api, CH)
+    assert is_outdated(api.stored, KV) and not rows([api.stored], api.config)[0].mismatch
 
 
 steps = st.lists(st.one_of(
