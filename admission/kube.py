@@ -22,7 +22,6 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 TIMEOUT = (2.0, 3.0)  # connect, read (seconds)
-LIST_TIMEOUT = (2.0, 60.0)
 
 
 class KubeError(Exception):
@@ -106,26 +105,6 @@ class KubeClient:
                 "kubevirt.io", "v1", namespace, "kubevirts", name, _request_timeout=TIMEOUT)
         except Exception as e:  # noqa: BLE001
             raise _error(what, e) from None
-
-    # --- `ch-admission outdated` (the operator's credentials; the server's RBAC has neither) ---
-
-    def list_vmis(self) -> list[dict[str, Any]]:
-        """Every VMI of the cluster (one list call; a long read timeout)."""
-        try:
-            found = self.custom.list_cluster_custom_object("kubevirt.io", "v1", "virtualmachineinstances",
-                                                           _request_timeout=LIST_TIMEOUT)
-        except Exception as e:  # noqa: BLE001
-            raise _error("list VirtualMachineInstances", e) from None
-        items = found.get("items") if isinstance(found, dict) else None
-        return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
-
-    def patch_vmi(self, namespace: str, name: str, patch: list[dict[str, Any]]) -> None:
-        """A JSON Patch of one VMI (a list body makes the client send application/json-patch+json)."""
-        try:
-            self.custom.patch_namespaced_custom_object("kubevirt.io", "v1", namespace, "virtualmachineinstances",
-                                                       name, patch, _request_timeout=TIMEOUT)
-        except Exception as e:  # noqa: BLE001
-            raise _error(f"patch VirtualMachineInstance {namespace}/{name}", e) from None
 
     def server_version(self) -> str:
         try:

@@ -35,7 +35,11 @@ Why this cannot loop and never holds virt-controller up:
 
 - The rewrite makes virt-controller's next write of the same VMI identical to what is stored, and
   the API server does not store (or announce) an identical object: no new resourceVersion, no
-  watch event, no new reconcile (`tests/apiserver/test_launcher_status.py` counts them).
+  watch event, no new reconcile (`tests/apiserver/test_launcher_status.py` checks it). Identical
+  includes `metadata.managedFields`, whose entry for virt-controller the API server stamps with
+  the time of its write before admission: for exactly that write the patch puts the stored
+  entries back (`_managed_fields_to_restore`), or each patch a second after the last would be
+  stored.
 - Only writes that leave a VMI `Scheduled` or `Running` are rewritten: those are virt-controller's
   JSON Patches (which it does not wait for) and the one Update that moves a VMI into `Scheduled`,
   which changes the phase and so is always stored. An Update in another phase is passed through
@@ -50,6 +54,7 @@ virt-controller's launcher image comes from the KubeVirt CR (`cluster.kubevirt_l
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from admission.cluster import LauncherImage
@@ -119,7 +124,39 @@ def decide(request: AdmissionRequest, config: Config, launcher: LauncherImage | 
     ops.append({"op": "replace", "path": "/status/launcherContainerImageVersion", "value": known})
     if OUTDATED_LABEL in labels:
         ops.append({"op": "remove", "path": _pointer("metadata", "labels", OUTDATED_LABEL)})
+    old_fields = _managed_fields_to_restore(request, reported, known)
+    if old_fields is not None:
+        ops.append({"op": "replace", "path": "/metadata/managedFields", "value": old_fields})
     return Outcome(allow(uid, patch=ops, audit={"launcher-image": reported, "reported-as": known}), "current")
+
+
+def _managed_fields_to_restore(request: AdmissionRequest, reported: str, known: str) -> list[Any] | None:
+    """The stored VMI's managedFields when the rewritten write changes nothing else, else None.
+
+    The API server records a write's fields for its manager *before* mutating admission, with the
+    time of the write (apimachinery `managedfields/internal/managedfieldsupdater.go`: the entry of
+    a manager whose operation changed any field gets `time.Now()`). virt-controller's patch sets
+    the label and its pod image; after the rewrite nothing differs from what is stored but that
+    entry's time, so without this, every such patch sent a second or more after the last would be
+    stored (a new resourceVersion and a watch event that makes virt-controller and virt-handler
+    reconcile again; tests/apiserver/test_launcher_status.py shows it). Restoring the stored
+    entries makes the object identical, and the API server stores nothing. Only for exactly that
+    case: any other change keeps the API server's own record."""
+    new, old = request.object, request.old_object
+    if not isinstance(new, dict) or not isinstance(old, dict):
+        return None
+    old_fields = get(old, "metadata", "managedFields")
+    if not isinstance(old_fields, list) or get(new, "metadata", "managedFields") == old_fields:
+        return None
+    rewritten = copy.deepcopy(new)
+    meta = rewritten.setdefault("metadata", {})
+    labels = meta.get("labels")
+    if isinstance(labels, dict):
+        labels.pop(OUTDATED_LABEL, None)
+    meta.setdefault("annotations", {})[IMAGE_ANNOTATION] = reported
+    rewritten["status"]["launcherContainerImageVersion"] = known
+    meta["managedFields"] = old_fields
+    return copy.deepcopy(old_fields) if rewritten == old else None
 
 
 def _pointer(*parts: str) -> str:

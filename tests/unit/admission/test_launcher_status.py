@@ -319,3 +319,23 @@ def test_any_history_converges_without_stalls_and_decides_by_the_configured_imag
     vc.reconcile(api, pod)
     vc.reconcile(api, pod)
     assert api.events == events
+
+
+def test_the_stored_managed_fields_are_put_back_only_when_the_write_changes_nothing_else():
+    """The API server stamps virt-controller's managedFields entry before admission; a rewritten
+    patch that changes nothing must not be stored for that stamp alone."""
+    stored = set_launcher_container_info(new_vmi(phase="Running", labels={"app": "web"}), KV, KV)
+    stored["metadata"]["annotations"][IMAGE_ANNOTATION] = CH
+    stored["metadata"]["managedFields"] = [{"manager": "virt-controller", "operation": "Update", "time": "T1"}]
+    sent = set_launcher_container_info(stored, CH, KV)
+    sent["metadata"]["managedFields"] = [{"manager": "virt-controller", "operation": "Update", "time": "T2"}]
+    review = request(sent)
+    review.raw["oldObject"] = stored
+    review = parse_review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": review.raw})
+    ops = patch_of(decide(review, config(), LauncherImage(KV)))
+    assert {"op": "replace", "path": "/metadata/managedFields", "value": stored["metadata"]["managedFields"]} in ops
+    changed = {**sent, "status": {**sent["status"], "conditions": READY}}
+    raw = {**review.raw, "object": changed}
+    ops = patch_of(decide(parse_review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": raw}),
+                          config(), LauncherImage(KV)))
+    assert [op["path"] for op in ops] == ["/status/launcherContainerImageVersion", "/metadata/labels/kubevirt.io~1outdatedLauncherImage"]

@@ -22,7 +22,9 @@ Written from `kubevirt/kubevirt @d923fdb815cd` (functions named as upstream):
 `ApiServer` is the part of kube-apiserver's write path that matters here: a JSON Patch is applied
 to the stored object (a failed `test` is a 422), the mutating webhooks see the result, and an
 object identical to the stored one is not written (no new resourceVersion, no watch event; the
-real API server shows the same in tests/apiserver/test_launcher_status.py). The add-on's webhook
+real API server shows the same in tests/apiserver/test_launcher_status.py). Before admission the
+field manager stamps the writer's managedFields entry with the write's time when the write changes
+anything (`_record`), as the real one does. The add-on's webhook
 runs only when its matchConditions (read from addon_manifests, evaluated with CEL) hold; with
 `webhook_up = False` it is skipped as failurePolicy Ignore skips an unreachable webhook.
 """
@@ -143,6 +145,7 @@ class ApiServer:
     resource_version: int = 1
     events: int = 0  # watch events (writes that stored something)
     calls: int = 0   # requests that reached the add-on's server
+    clock: int = 0   # seconds; each write is one later
     hook: dict[str, Any] = field(default_factory=status_webhook)
 
     def _admit(self, new: dict[str, Any], user: str) -> dict[str, Any]:
@@ -165,6 +168,21 @@ class ApiServer:
             return new
         return apply_patch(new, json.loads(base64.b64decode(response["patch"])))
 
+    def _record(self, new: dict[str, Any], user: str) -> dict[str, Any]:
+        """The API server's field manager, before admission: a write that changes anything gets
+        its manager's managedFields entry stamped with the write's time (apimachinery
+        managedfields/internal/managedfieldsupdater.go). Every write here is a second after the
+        last (the worst case: the real API server's times have one-second resolution)."""
+        self.clock += 1
+        bare = {**new, "metadata": {k: v for k, v in new["metadata"].items() if k != "managedFields"}}
+        stored = {**self.stored, "metadata": {k: v for k, v in self.stored["metadata"].items() if k != "managedFields"}}
+        if bare == stored:
+            return new
+        new = copy.deepcopy(new)
+        entries = [e for e in self.stored["metadata"].get("managedFields", []) if e["manager"] != user]
+        new["metadata"]["managedFields"] = entries + [{"manager": user, "operation": "Update", "time": self.clock}]
+        return new
+
     def _store(self, new: dict[str, Any]) -> bool:
         new = copy.deepcopy(new)
         new["metadata"]["resourceVersion"] = self.stored["metadata"]["resourceVersion"]
@@ -182,12 +200,12 @@ class ApiServer:
             new = apply_patch(self.stored, ops)
         except PatchError as e:
             raise Conflict(str(e)) from None
-        return self._store(self._admit(new, user))
+        return self._store(self._admit(self._record(new, user), user))
 
     def update(self, obj: dict[str, Any], user: str) -> bool:
         if obj["metadata"].get("resourceVersion") != self.stored["metadata"]["resourceVersion"]:
             raise Conflict("stale resourceVersion")
-        return self._store(self._admit(obj, user))
+        return self._store(self._admit(self._record(obj, user), user))
 
 
 # --- the controllers ------------------------------------------------------------------------------
