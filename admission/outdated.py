@@ -20,7 +20,9 @@ metadata patch any user who may patch VMIs may send; KubeVirt reverts status cha
 but its own service accounts). virt-controller sees the change, writes the VMI again, and the
 webhook decides with the configuration now in force. Nothing else is changed.
 
-Pure functions (`rows`, `resync_patch`, `table`) decide; `outdated_main` does the I/O.
+Pure functions (`rows`, `resync_patch`, `table`) decide; `outdated_main` does the I/O, through
+`OperatorClient` (the two calls the server never makes, so they are not in `kube.py`, whose calls
+the server's RBAC is checked against).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from admission.launcher_status import IMAGE_ANNOTATION, OUTDATED_LABEL, PATCHED_
 from admission.selection import VALUE, annotations, get, hypervisor
 
 CURRENT, OUTDATED, UNJUDGED = "current", "outdated", "-"
+LIST_TIMEOUT = (2.0, 60.0)  # connect, read (seconds): one list of every VMI
+PATCH_TIMEOUT = (2.0, 10.0)
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,35 @@ def table(found: list[Row]) -> str:
     return "\n".join("   ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines) + "\n"
 
 
+class OperatorClient:
+    """List and patch VMIs with the caller's credentials; failures raise `KubeError`."""
+
+    def __init__(self, kube: Any):
+        self.custom = kube.custom
+
+    def list_vmis(self) -> list[dict[str, Any]]:
+        """Every VMI of the cluster (one list call; a long read timeout)."""
+        from admission.kube import _error
+        try:
+            found = self.custom.list_cluster_custom_object("kubevirt.io", "v1", "virtualmachineinstances",
+                                                           _request_timeout=LIST_TIMEOUT)
+        except Exception as e:  # noqa: BLE001
+            raise _error("list VirtualMachineInstances", e) from None
+        items = found.get("items") if isinstance(found, dict) else None
+        return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+    def patch_vmi(self, namespace: str, name: str, patch: list[dict[str, Any]]) -> None:
+        """A JSON Patch of one VMI. The content type is named: kubernetes-client 37 sends every
+        custom-object patch as a merge patch (the API server answers 400 to a list body)."""
+        from admission.kube import _error
+        try:
+            self.custom.patch_namespaced_custom_object("kubevirt.io", "v1", namespace, "virtualmachineinstances",
+                                                       name, patch, _request_timeout=PATCH_TIMEOUT,
+                                                       _content_type="application/json-patch+json")
+        except Exception as e:  # noqa: BLE001
+            raise _error(f"patch VirtualMachineInstance {namespace}/{name}", e) from None
+
+
 def outdated_main(ns: argparse.Namespace) -> int:
     """Exit 0: every VMI looks as it should; 1: some do not (after --resync: a patch failed); 2: usage."""
     from admission.kube import KubeClient, KubeError
@@ -109,11 +142,12 @@ def outdated_main(ns: argparse.Namespace) -> int:
     if not kubeconfig and (pathlib.Path.home() / ".kube" / "config").exists():
         kubeconfig = str(pathlib.Path.home() / ".kube" / "config")
     try:
-        kube = KubeClient.auto(kubeconfig)
-        if kube is None:
+        client = KubeClient.auto(kubeconfig)
+        if client is None:
             print("ch-admission outdated: no Kubernetes API (--kubeconfig, $KUBECONFIG, ~/.kube/config, "
                   "or run in a pod)", file=sys.stderr)
             return 2
+        kube = OperatorClient(client)
         vmis = kube.list_vmis()
     except KubeError as e:
         print(f"ch-admission outdated: {e.message}", file=sys.stderr)
