@@ -22,7 +22,8 @@ What `start_all()` sets up, in order, the way a cluster operator would have it:
    port, and nothing touches the host's network. `down.sh` and `ip netns delete` undo it.
 2. KubeVirt's CRDs (`../shared/k8s/kubevirt-crds.yaml`, server-side apply: they are too big for
    the last-applied annotation), the namespace `kubevirt` and a KubeVirt CR `kubevirt/kubevirt`
-   whose status says what virt-operator would (`observedKubeVirtVersion`, `defaultArchitecture`);
+   whose status says what virt-operator would (`observedKubeVirtVersion`, `defaultArchitecture`,
+   the deployment config virt-controller's `--launcher-image` comes from: `launcher_image()`);
    its `spec.workloadUpdateStrategy.workloadUpdateMethods` is a parameter.
 3. `../shared/k8s/virt-api.sh`: KubeVirt's own defaulting and validating webhooks, as a local
    process behind its Service.
@@ -69,6 +70,7 @@ SHARED_K8S = REPO.parent / "shared" / "k8s"
 EPIP = "10.250.0.1"  # up.sh's address on the namespace's lo (EndpointSlices refuse 127/8)
 ADMISSION_PORT = 8443  # the Deployment's --port
 KUBEVIRT_VERSION = "v1.9.0-beta.0-1264-gd923fdb815cd"  # virt-api's build (../shared/k8s/README.md)
+KUBEVIRT_REGISTRY = "quay.io/kubevirt"
 # kubectl >= 1.34 logs this for every kustomization with sortOptions (its default --reorder is
 # set too); it is kubectl's, harmless, and printed on every `kubectl apply|delete -k`.
 SORT_NOTICE = re.compile(r"^I\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ log\.go:\d+\] Warning: Sorting order is set both in "
@@ -232,6 +234,12 @@ class Cluster:
                 raise ClusterError(f"timed out after {timeout:g} s waiting for {what}")
             time.sleep(every)
 
+    @staticmethod
+    def launcher_image(kubevirt_version: str = KUBEVIRT_VERSION) -> str:
+        """virt-controller's `--launcher-image` for the KubeVirt CR's deployment config
+        (kubevirt pkg/virt-operator/resource/generate/components/deployments.go@d923fdb815cd)."""
+        return f"{KUBEVIRT_REGISTRY}/virt-launcher:{kubevirt_version}"
+
     # --- set-up ---------------------------------------------------------------------------
 
     def start_control_plane(self, workload_update_methods: Sequence[str] = ("LiveMigrate",),
@@ -256,8 +264,15 @@ class Cluster:
             kubevirt["spec"]["workloadUpdateStrategy"] = {"workloadUpdateMethods": list(workload_update_methods)}
         self.ok("create", "namespace", "kubevirt")
         self.ok("create", "-f", "-", input=self.yaml(kubevirt))
+        # virt-operator's KubeVirtDeploymentConfig (kubevirt pkg/virt-operator/util/config.go@d923fdb815cd),
+        # kept as JSON in both fields once a deployment is complete: virt-controller's launcher
+        # image is rendered from it (LAUNCHER_IMAGE)
+        deployment = json.dumps({"id": "tests", "namespace": "kubevirt", "registry": KUBEVIRT_REGISTRY,
+                                 "kubeVirtVersion": kubevirt_version})
         status = {"status": {"observedKubeVirtVersion": kubevirt_version, "defaultArchitecture": "amd64",
-                             "phase": "Deployed"}}
+                             "phase": "Deployed", "targetDeploymentConfig": deployment,
+                             "observedDeploymentConfig": deployment,
+                             "targetDeploymentID": "tests", "observedDeploymentID": "tests"}}
         self.ok("patch", "kubevirt", "kubevirt", "-n", "kubevirt", "--subresource=status", "--type=merge",
                 "-p", json.dumps(status))
         self._script("virt-api.sh")
