@@ -13,7 +13,8 @@ with a clear message while updates of existing objects (including KubeVirt's own
 blocked by it.
 
 `conditions()`: what about the cluster concerns every Cloud Hypervisor VMI at once (the CR cannot
-be read, its version is outside the range, its workload updater would evict or migrate them).
+be read, its version is outside the range, its workload updater would evict or migrate them
+because virt-controller's launcher image cannot be read from it).
 The server reports these to operators, not to the authors of VMIs.
 
 `kubevirt_launcher_image()` is virt-controller's launcher image as virt-operator computes it
@@ -170,10 +171,11 @@ def conditions(fetched: KubeVirtStatus, effective: KubeVirtStatus, supported: Ve
     `fetched` is the last read of the KubeVirt CR `where` (e.g. "kubevirt/kubevirt"), `effective`
     what the webhooks use (the last good read when the latest one failed). The workload updater
     (kubevirt pkg/virt-controller/watch/workload-updater/workload-updater.go@d923fdb815cd) treats
-    every VMI whose launcher image is not virt-controller's own as outdated
-    (`kubevirt.io/outdatedLauncherImage`), so every Cloud Hypervisor VMI: with `Evict` it evicts
-    them in batches, again after each restart; with `LiveMigrate` it keeps migrating them
-    (docs/operations.md §7).
+    every VMI whose recorded launcher image is not virt-controller's own as outdated; `/mutate-vmi`
+    (launcher_status.py) records virt-controller's image for current Cloud Hypervisor VMIs, which it
+    can only when that image can be read from the CR. When it cannot, every running Cloud
+    Hypervisor VMI looks outdated: with `Evict` the updater evicts them in batches, again after
+    each restart; with `LiveMigrate` it keeps migrating them (docs/operations.md §7).
     """
     found: list[Condition] = []
     if fetched.version is None:
@@ -187,14 +189,15 @@ def conditions(fetched: KubeVirtStatus, effective: KubeVirtStatus, supported: Ve
             found.append(Condition(KUBEVIRT_UNSUPPORTED, f"KubeVirt {where}: {problem}; new Cloud Hypervisor VMIs "
                                                          f"and their launcher pods are refused"))
     methods = "[" + ", ".join(effective.update_methods) + "]"
-    if "Evict" in effective.update_methods:
-        found.append(Condition(WORKLOAD_UPDATE_EVICT,
-                               f"KubeVirt {where} has workloadUpdateMethods {methods}: its workload updater treats "
-                               f"every Cloud Hypervisor VMI as outdated and evicts it, again after each restart "
-                               f"(docs/operations.md §7)"))
-    if "LiveMigrate" in effective.update_methods:
-        found.append(Condition(WORKLOAD_UPDATE_LIVE_MIGRATE,
-                               f"KubeVirt {where} has workloadUpdateMethods {methods}: its workload updater treats "
-                               f"every Cloud Hypervisor VMI as outdated and keeps live-migrating it "
-                               f"(docs/operations.md §7)"))
+    launcher = effective.launcher_image
+    if launcher.image is None:
+        why = (f"KubeVirt {where} has workloadUpdateMethods {methods} and virt-controller's launcher image "
+               f"cannot be read from it ({launcher.error}): running Cloud Hypervisor VMIs look outdated to its "
+               f"workload updater, which")
+        if "Evict" in effective.update_methods:
+            found.append(Condition(WORKLOAD_UPDATE_EVICT,
+                                   f"{why} evicts them, again after each restart (docs/operations.md §7)"))
+        if "LiveMigrate" in effective.update_methods:
+            found.append(Condition(WORKLOAD_UPDATE_LIVE_MIGRATE,
+                                   f"{why} keeps live-migrating them (docs/operations.md §7)"))
     return found

@@ -7,7 +7,7 @@ import logging
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from admission.cluster import CONDITIONS, Condition, KubeVirtStatus, conditions
+from admission.cluster import CONDITIONS, Condition, KubeVirtStatus, LauncherImage, conditions
 from admission.report import ConditionReporter, Event, EventPoster
 from admission.versions import VersionRange
 
@@ -34,8 +34,17 @@ def test_the_workload_update_methods_are_conditions(methods, expected):
     assert [c.name for c in found] == expected
     shown = "[" + ", ".join(methods) + "]"
     for c in found:
-        assert c.message.startswith(f"KubeVirt kubevirt/kubevirt has workloadUpdateMethods {shown}: ")
+        assert c.message.startswith(f"KubeVirt kubevirt/kubevirt has workloadUpdateMethods {shown} and "
+                                    f"virt-controller's launcher image cannot be read from it (not read): ")
         assert c.message.endswith("(docs/operations.md §7)")
+
+
+@pytest.mark.parametrize("methods", [("LiveMigrate",), ("Evict",), ("LiveMigrate", "Evict")])
+def test_the_workload_update_methods_concern_nobody_while_the_launcher_image_is_known(methods):
+    """/mutate-vmi keeps running Cloud Hypervisor VMIs current (launcher_status.py)."""
+    known = KubeVirtStatus(version="v1.9.0", update_methods=methods,
+                           launcher_image=LauncherImage("quay.io/kubevirt/virt-launcher:v1.9.0"))
+    assert conditions(known, known, SUPPORTED, WHERE) == []
 
 
 def test_an_unreadable_kubevirt_cr_says_what_is_refused():
