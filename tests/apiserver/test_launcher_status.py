@@ -118,11 +118,11 @@ def row_of(table: str, name: str) -> list[str]:
 
 
 def test_a_running_vmi_of_the_configured_ch_launcher_is_not_outdated_and_stays_so(cluster):
-    c = Controllers(cluster, "ch-current")
+    c = Controllers(cluster, "ls-current")
     stored = c.start(CH)
     assert looks(stored, c.kv) == "current"
     assert stored["status"]["launcherContainerImageVersion"] == c.kv
-    assert stored["metadata"]["labels"] == {"app": "ch-current"}
+    assert stored["metadata"]["labels"] == {"app": "ls-current"}
     assert stored["metadata"]["annotations"][IMAGE_ANNOTATION] == CH   # what the pod really runs
     # virt-controller computes the label again at every reconcile and sends its patch; the
     # webhook makes it what is stored, so the API server stores (and announces) nothing
@@ -141,8 +141,8 @@ def test_while_it_starts_the_vmi_looks_as_virt_controller_writes_it(cluster):
     """Before Scheduled virt-controller PUTs the VMI and waits for the write's watch event: the
     webhook leaves those writes alone (none becomes a no-op), and the workload updater does not
     act on VMIs that are not running."""
-    c = Controllers(cluster, "ch-starting")
-    cluster.ok("create", "-f", "-", input=cluster.yaml(vmi("ch-starting")))
+    c = Controllers(cluster, "ls-starting")
+    cluster.ok("create", "-f", "-", input=cluster.yaml(vmi("ls-starting")))
     c.reconcile(CH, phase="Scheduling")
     stored = c.get()
     assert has_outdated_label(stored) and stored["status"]["launcherContainerImageVersion"] == CH
@@ -150,7 +150,7 @@ def test_while_it_starts_the_vmi_looks_as_virt_controller_writes_it(cluster):
 
 
 def test_a_vmi_whose_pod_runs_another_ch_launcher_is_outdated_and_says_which(cluster):
-    c = Controllers(cluster, "ch-old")
+    c = Controllers(cluster, "ls-old")
     stored = c.start(CH_OLD)
     assert looks(stored, c.kv) == "outdated"
     assert stored["status"]["launcherContainerImageVersion"] == CH_OLD
@@ -168,8 +168,8 @@ def test_a_vmi_whose_pod_runs_another_ch_launcher_is_outdated_and_says_which(clu
 
 
 def test_a_vmi_on_qemu_is_left_to_kubevirt(cluster):
-    c = Controllers(cluster, "qemu-vmi")
-    plain = vmi("qemu-vmi")
+    c = Controllers(cluster, "ls-qemu")
+    plain = vmi("ls-qemu")
     del plain["metadata"]["annotations"]
     cluster.ok("create", "-f", "-", input=cluster.yaml(plain))
     c.reconcile(CH, phase="Scheduling")
@@ -184,7 +184,7 @@ def test_after_an_addon_upgrade_the_old_image_vmis_are_reported_and_a_resync_mak
     the webhook wrote as current still looks current until virt-controller writes it again;
     `ch-admission outdated` reports it, `--resync` makes virt-controller write it, and the webhook
     leaves it outdated, so the workload updater moves it once."""
-    c = Controllers(cluster, "ch-upgraded")
+    c = Controllers(cluster, "ls-upgraded")
     c.start(CH)
     text = one(render(MANIFESTS), "ConfigMap", "ch-admission-config")["data"]["config.yaml"]
     assert CH in text
@@ -195,14 +195,14 @@ def test_after_an_addon_upgrade_the_old_image_vmis_are_reported_and_a_resync_mak
         cluster.start_admission(config=upgraded.read_text())
         listed = outdated_command(cluster, f"--config={upgraded}")
         assert listed.returncode == 1, listed.stdout
-        assert row_of(listed.stdout, "ch-upgraded")[2:] == ["Running", CH, "current", "outdated"]
+        assert row_of(listed.stdout, "ls-upgraded")[2:] == ["Running", CH, "current", "outdated"]
         resynced = outdated_command(cluster, f"--config={upgraded}", "--resync")
-        assert resynced.returncode == 0 and "resynced default/ch-upgraded" in resynced.stdout, resynced.stdout
+        assert resynced.returncode == 0 and "resynced default/ls-upgraded" in resynced.stdout, resynced.stdout
         c.reconcile(CH)  # the resync's watch event: virt-controller writes the VMI again
         stored = c.get()
         assert looks(stored, c.kv) == "outdated" and stored["status"]["launcherContainerImageVersion"] == CH
         assert stored["metadata"]["annotations"][IMAGE_ANNOTATION] == CH
-        assert row_of(outdated_command(cluster, f"--config={upgraded}").stdout, "ch-upgraded")[-2:] == \
+        assert row_of(outdated_command(cluster, f"--config={upgraded}").stdout, "ls-upgraded")[-2:] == \
             ["outdated", "outdated"]
     finally:
         cluster.stop_admission()
