@@ -15,19 +15,16 @@ One method per endpoint, each a thin line over `_call`. Facts this client relies
   success, with or without a body, and only answers that are used are parsed.
 - micro_http frames every answer (`Content-Length`, or a 204 without a body). An answer without
   either, on a connection the server keeps open, is read only until it holds one JSON value, and
-  an action's not at all (`_read_body`), so it does not wait for the timeout.
+  an action's not at all (`api_transport.read_body`), so it does not wait for the timeout.
 
-Errors are typed (`ChApiError` and five subclasses) and carry the VMM's error chain. The mapping
-understands every body format seen across versions: plain text (<= v46), a JSON array of the
-cause chain (v47+), micro_http's JSON object for HTTP-level parse errors, and the status codes of
-v53.0 (404 for a missing VM) and of main after v53 (400, 404, 409). It maps on the message text as
-well as the status, because the same condition has had different statuses across versions.
+Errors are typed (`ChApiError` and five subclasses, in `ch.api_errors` and re-exported here) and
+carry the VMM's error chain.
 
 The client is blocking; the launcher calls it from a worker thread. It never retries a request
-(a retried PUT could act twice). The transport is the standard library's `http.client` on an
-`AF_UNIX` socket: requests + requests-unixsocket did the same for 133 more modules and about
-5 MiB of every launcher's memory (bench/footprint.py's import attribution), one request at a
-time over a local socket needs none of their pooling, proxies, cookies or encodings.
+(a retried PUT could act twice). The transport (`ch.api_transport`) is the standard library's
+`http.client` on an `AF_UNIX` socket: requests + requests-unixsocket did the same for 133 more
+modules and about 5 MiB of every launcher's memory (bench/footprint.py's import attribution), one
+request at a time over a local socket needs none of their pooling, proxies, cookies or encodings.
 """
 
 from __future__ import annotations
@@ -36,13 +33,22 @@ import errno
 import http.client
 import json
 import logging
-import re
 import socket
-import threading
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from .api_errors import (  # re-exported: callers catch them from here
+    ChApiError,
+    Conflict,
+    InternalError,
+    InvalidRequest,
+    VmmUnavailable,
+    VmNotCreated,
+    error_for,
+    parse_error_body,
+)
+from .api_transport import UnixConnection, lock_for, read_body
 from .vmconfig import (
     DeviceConfig,
     DiskConfig,
@@ -58,194 +64,11 @@ from .vmconfig import (
 API_ROOT = "/api/v1"
 log = logging.getLogger(__name__)
 
-
-# --- errors ---------------------------------------------------------------------------------
-
-
-class ChApiError(Exception):
-    """A call to the VMM failed.
-
-    `endpoint` is CH's name for the call (`"vm.boot"`), `status` the HTTP status (None when no
-    answer was received), `messages` the error chain from the outermost cause to the root, as the
-    VMM reported it (v47+: the JSON array; <= v46: the single plain-text line).
-    """
-
-    def __init__(self, endpoint: str, status: int | None, messages: list[str], detail: str = "") -> None:
-        self.endpoint = endpoint
-        self.status = status
-        self.messages = list(messages)
-        self.detail = detail
-        super().__init__(self._render())
-
-    def _render(self) -> str:
-        # "Error from API" heads every v47+ chain and says nothing; leave it out of log lines.
-        chain = [m for m in self.messages if m != "Error from API"]
-        head = f"{self.endpoint} failed"
-        if self.status is not None:
-            head += f" (HTTP {self.status})"
-        text = ": ".join(chain) if chain else self.detail or "no error text"
-        if chain and self.detail:
-            text += f" ({self.detail})"
-        return f"{head}: {text}"
-
-    @property
-    def root_cause(self) -> str:
-        """The innermost message of the chain ("" if the VMM gave none)."""
-        return self.messages[-1] if self.messages else ""
-
-    def mentions(self, text: str) -> bool:
-        """True if any message of the chain contains `text`."""
-        return any(text in m for m in self.messages)
-
-
-class VmNotCreated(ChApiError):
-    """No VM config is stored (`vm.info`/`vm.boot`/`vm.reboot`/`vm.resize`/`vm.add-*` before `vm.create`).
-
-    404 on v53+, 500 with "VM is not created" / "VM config is missing" before; both are mapped here.
-    """
-
-
-class InvalidRequest(ChApiError):
-    """The VMM rejected the request itself (400): malformed JSON, a body where none is allowed,
-    a wrong method, an unknown route (404 "Not Found": this VMM lacks the endpoint), and on main
-    after v53 a config that fails validation. Retrying the same request cannot succeed.
-    """
-
-
-class Conflict(ChApiError):
-    """The call does not fit the VM's current state; nothing changed.
-
-    Covers "VM is already created", "VM is not running", invalid state transitions
-    (`InvalidStateTransition(Paused, Paused)`), snapshot of a running VM, receive-migration with a
-    VM present, an unknown device id ("No device with id ... to remove" on a created VM, "Failed
-    to find device corresponding to the given identifier" on a booted one) and, on main after v53, any other 404 for an
-    unknown device id, 409 (duplicate id or device path on main), and 429 "Too Many Requests" (a
-    vCPU removal is still pending: retry later, `status == 429`).
-    Use `already_in_state()` to tell "already where you wanted it" from a real refusal.
-    """
-
-    @property
-    def transition(self) -> tuple[str, str] | None:
-        """(from, to) of an `InvalidStateTransition(From, To)` in the chain, else None."""
-        for m in self.messages:
-            match = _TRANSITION.search(m)
-            if match:
-                return match.group(1), match.group(2)
-        return None
-
-    def already_in_state(self) -> bool:
-        """True when the VM already is where the call wanted it, so a launcher may treat the
-        call as done: pause of a paused VM, resume of a running one (`InvalidStateTransition(X,
-        X)`); `vm.shutdown`/`vm.power-button` when no VM runs; `vm.create` when a config is
-        stored (possibly another one: compare with `vm.info` if that matters). False for every
-        other refusal, e.g. `vm.boot` of a paused VM or `vm.pause` of a created one."""
-        tr = self.transition
-        if tr is not None:
-            return tr[0] == tr[1]
-        if self.endpoint in ("vm.shutdown", "vm.power-button"):
-            return self.mentions("VM is not running")
-        return self.endpoint == "vm.create" and self.mentions("VM is already created")
-
-
-class InternalError(ChApiError):
-    """The VMM failed to carry out a valid request (5xx): boot errors, device errors, I/O errors."""
-
-
-class VmmUnavailable(ChApiError):
-    """No answer from the VMM: socket missing, connection refused or reset, or timeout; or an
-    answer saying that the VMM is exiting.
-
-    `status` is None (or 503 for micro_http's "Too many open connections"; 500 when the API
-    thread answers but the VMM thread behind it has stopped: "API request send error" /
-    "API response receive error", seen on v53.0 between a guest poweroff and the process exit).
-    The message says which of these happened; a timeout names the endpoint and the seconds
-    waited.
-    """
-
-    @property
-    def timed_out(self) -> bool:
-        """The VMM did not answer in time: it may still carry out the request."""
-        return self.status is None and ("no answer from the VMM within" in self.detail
-                                        or "still in progress after" in self.detail)
-
-    @property
-    def exiting(self) -> bool:
-        """The VMM is gone or on its way out (not merely slow or busy)."""
-        return not self.timed_out and self.status != 503
-
-
-_TRANSITION = re.compile(r"InvalidStateTransition\((\w+), (\w+)\)")
-
-_NOT_CREATED = ("VM is not created", "VM config is missing")
-# The API thread still answers but the VMM thread has stopped (the process is exiting): v53.0's
-# ApiError::RequestSend / ResponseRecv, with the channel's own "sending/receiving on a closed channel".
-_EXITING_TEXTS = ("API request send error", "API response receive error")
-_CONFLICT_TEXTS = (
-    "VM is already created",
-    "VM is not running",
-    "InvalidStateTransition",
-    "Trying to snapshot while VM is running",
-    "when a VM is already created",
-    "currently migrating",
-    "No device with id",  # 'No device with id "x" to remove' (500 on v53.0, 404 on main)
-    # the same for a booted VM (DeviceManagerError::UnknownDeviceId, vmm/src/device_manager.rs@v53.0)
-    "Failed to find device corresponding to the given identifier",
-)
-
-
-def parse_error_body(body: bytes) -> list[str]:
-    """The error chain in a response body of any CH version; `[]` for an empty body."""
-    text = body.decode("utf-8", errors="replace").strip()
-    if not text:
-        return []
-    try:
-        data = json.loads(text, strict=False)  # micro_http puts a raw newline inside its string
-    except ValueError:
-        return [text]  # <= v46: plain text, the whole chain joined with ": "
-    if isinstance(data, list):
-        return [m if isinstance(m, str) else json.dumps(m) for m in data]
-    if isinstance(data, dict) and isinstance(data.get("error"), str):
-        # micro_http's own errors: {"error": "<what>\nAll previous unanswered requests ...}"
-        return [line for line in data["error"].splitlines() if line.strip()]
-    if isinstance(data, str):
-        return [data]
-    return [text]
-
-
-def error_for(endpoint: str, status: int, body: bytes) -> ChApiError:
-    """Maps an error response to the most specific `ChApiError` subclass (module docstring)."""
-    messages = parse_error_body(body)
-    joined = "\n".join(messages)
-
-    if any(t in joined for t in _NOT_CREATED):
-        cls: type[ChApiError] = VmNotCreated
-    elif status == 503 and "Too many open connections" in joined:
-        cls = VmmUnavailable
-    elif status == 500 and any(t in joined for t in _EXITING_TEXTS):
-        cls = VmmUnavailable
-    elif status == 429 or status == 409 or any(t in joined for t in _CONFLICT_TEXTS):
-        cls = Conflict
-    elif status == 404:
-        # "Not Found" alone: the route does not exist. A missing VM was caught above by its text
-        # (every 404 for it, v53+, carries that text); any other 404 is main's unknown device id:
-        # the VM is there, the device named is not.
-        cls = InvalidRequest if messages in ([], ["Not Found"]) else Conflict
-    elif 400 <= status < 500:
-        cls = InvalidRequest
-    else:
-        cls = InternalError
-    return cls(endpoint, status, messages)
+__all__ = ["API_ROOT", "ChApiError", "CloudHypervisorClient", "Conflict", "InternalError", "InvalidRequest",
+           "VmNotCreated", "VmmUnavailable", "error_for", "parse_error_body"]
 
 
 # --- the client -----------------------------------------------------------------------------
-
-_LOCKS: dict[str, threading.Lock] = {}
-_LOCKS_GUARD = threading.Lock()
-
-
-def _lock_for(path: str) -> threading.Lock:
-    with _LOCKS_GUARD:
-        return _LOCKS.setdefault(path, threading.Lock())
 
 
 def _body(obj: BaseModel | dict[str, Any] | None) -> dict[str, Any] | None:
@@ -274,7 +97,7 @@ class CloudHypervisorClient:
         self.socket_path = str(socket_path)
         self.timeout = timeout
         self.version: str | None = None  # from the last successful ping()
-        self._lock = _lock_for(self.socket_path)
+        self._lock = lock_for(self.socket_path)
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -289,7 +112,7 @@ class CloudHypervisorClient:
     ) -> tuple[int, bytes]:
         """One request on its own connection: (status, body) of a success, else a ChApiError.
         `want_body=False`: a success's body is not needed (an action), so an unframed one is
-        not waited for (`_read_body`)."""
+        not waited for (`read_body`)."""
         t = self.timeout if timeout is None else timeout
         if not self._lock.acquire(timeout=t):
             raise VmmUnavailable(
@@ -305,12 +128,12 @@ class CloudHypervisorClient:
                 data = json.dumps(body, separators=(",", ":")).encode()
                 headers["Content-Type"] = "application/json"
             # One connection per request: CH allows only 10, and idle ones count.
-            conn = _UnixConnection(self.socket_path, t)
+            conn = UnixConnection(self.socket_path, t)
             try:
                 conn.request(method, f"{API_ROOT}/{endpoint}", body=data, headers=headers)
                 resp = conn.getresponse()
                 status = resp.status
-                content = _read_body(resp, want=want_body or status >= 300)
+                content = read_body(resp, want=want_body or status >= 300)
             except (OSError, http.client.HTTPException) as exc:
                 raise self._unavailable(endpoint, t, exc) from exc
             finally:
@@ -516,57 +339,3 @@ class CloudHypervisorClient:
     def receive_migration(self, receiver_url: str, tls_dir: str | None = None, *, timeout: float | None = None) -> None:
         """`PUT vm.receive-migration`: blocks the whole API until the migration ends."""
         self._put("vm.receive-migration", _given(receiver_url=receiver_url, tls_dir=tls_dir), timeout)
-
-
-def _read_body(resp: http.client.HTTPResponse, *, want: bool) -> bytes:
-    """The body of `resp`. A framed one (Content-Length, chunked, none for 1xx/204/304: all CH
-    sends, micro_http frames every answer) is read whole. An unframed one ends where the server
-    closes the connection (RFC 9112 §6.3), but a server that keeps it open (an HTTP/1.1 server
-    that forgot Content-Length) would hold the reader until the timeout: such a body is read only
-    until it holds one complete JSON value (every CH body is one), or the connection closes, or
-    the read times out (what came stands: the status has arrived); and not at all when `want` is
-    False (a success whose body the caller does not use)."""
-    if resp.length is not None or resp.chunked or resp.status < 200 or resp.status in (204, 304):
-        return resp.read()
-    if not want:
-        return b""
-    data = b""
-    while True:
-        try:
-            chunk = resp.read1(65536)
-        except (socket.timeout, TimeoutError):
-            return data
-        if not chunk:
-            return data
-        data += chunk
-        if _one_json_value(data):
-            return data
-
-
-def _one_json_value(data: bytes) -> bool:
-    text = data.decode("utf-8", errors="replace").strip()
-    if not text or text[0] not in "[{\"":
-        return False  # plain text (<= v46 errors) has no end of its own: read to close or timeout
-    try:
-        json.loads(text, strict=False)
-    except ValueError:
-        return False
-    return True
-
-
-class _UnixConnection(http.client.HTTPConnection):
-    """An HTTP/1.1 connection to a unix socket; `timeout` bounds the connect and every read."""
-
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self.timeout)
-            sock.connect(self._path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
