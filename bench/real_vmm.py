@@ -3,8 +3,8 @@
 tests/guest/ as its firmware, all measured in one run:
 
 - Sync -> Running event through ch-launcher (translate, prepare the disks and ISOs, vm.create,
-  vm.boot, the Domain event to virt-handler's stand-in), the launcher's VMM already up, as it is
-  long before virt-handler's first Sync;
+  vm.boot, the Domain event to virt-handler's stand-in), the launcher's VMM already up and
+  virt-handler's first call (CmdInfo.Info) made, as they are before virt-handler's first Sync;
 - the baseline: the bare REST `vm.create` + `vm.boot` of the same VmConfig (the one the launcher
   made, read back from `vm.info`) over the same API socket, after `vm.delete`, with a raw
   HTTP/1.1 request per call; and the ratio of the two, per round and at the median; for the test
@@ -35,7 +35,7 @@ import time
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.launcher import memory_parts_kib  # noqa: E402
+from bench.footprint import rollup  # noqa: E402
 from demo import CmdClient, LauncherLayout, LauncherProcess, NotifyRecorder, container_disk_images  # noqa: E402
 from tests import real_vmm  # noqa: E402
 from tests.functional.harness import make_vmi  # noqa: E402
@@ -92,6 +92,7 @@ class Round:
         self.launcher.start()
         await self.launcher.wait_ready(15.0)
         self.client = CmdClient(self.layout.cmd_socket)
+        await self.client.info()  # virt-handler's first call (then it injects the notify pipe)
         deadline = time.monotonic() + 15
         while True:  # the launcher starts its VMM in the background: wait until it answers
             try:
@@ -129,6 +130,12 @@ class Round:
         self.launcher.kill()
         await self.recorder.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def memory_parts_kib(pid: int) -> tuple[int, int, int]:
+    """RSS, PSS and anonymous memory of `pid` in KiB (/proc/<pid>/smaps_rollup)."""
+    values = rollup(pid)
+    return values["Rss"], values["Pss"], values["Anonymous"]
 
 
 async def measure(binary: str, rounds: int, *, minimal: bool) -> tuple[list[float], list[float], tuple | None]:
