@@ -45,6 +45,7 @@ T = TypeVar("T")
 STARTED_PHASES = ("Running", "Succeeded", "Failed")  # vmi.IsRunning() || vmi.IsFinal()
 _ALIVE = (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED)  # a VMM runs the VM
 _EVENT_OF_CALL = {"pause": "vm:paused", "resume": "vm:resumed"}  # the state-changing event of a call
+RELEASE_WAIT = 5.0  # seconds a boot's release_memory() waits for its Domain event to reach virt-handler
 
 
 @dataclass
@@ -506,6 +507,14 @@ class DomainManager(LiveChanges, Migrating):
             from ch_launcher.manager import tuning
 
             tuning.after_boot(self.settings.spawning, self._host.current.pid, host)
+        self._runner.background(self._release_memory_once_told())
+
+    async def _release_memory_once_told(self) -> None:
+        """`release_memory()` once virt-handler has heard of the boot (or RELEASE_WAIT has
+        passed): it holds the event loop for ~100 ms and pages out what the delivery then
+        needs, so done right after the boot it delayed the first Domain event and the Sync's
+        answer by as much (bench/real_vmm.py)."""
+        await self._outbox.flush(RELEASE_WAIT)
         release_memory()
 
     async def _vm_call(self, what: str, call: Callable[[Any], None], new_state: VmState | None,

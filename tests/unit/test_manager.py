@@ -188,3 +188,34 @@ def test_releasing_memory_never_fails(tmp_path):
         assert release_memory(str(tmp_path / "absent")) == 0
     finally:
         gc.unfreeze()
+
+
+def test_memory_is_released_only_once_virt_handler_has_heard_of_the_boot(layout, monkeypatch):
+    # release_memory() holds the event loop for ~100 ms and pages out what sending needs: right
+    # after the boot it delayed the first Domain event (and the Sync's answer) by as much.
+    import ch_launcher.manager.core as core
+
+    happened: list[str] = []
+    monkeypatch.setattr(core, "release_memory", lambda: happened.append("memory released"))
+    raw = make_vmi()
+    manager, sink = _manager(layout, raw)
+    send_domain = sink.send_domain
+
+    async def recording_send_domain(domain_json, event_type="MODIFIED"):
+        happened.append(f"{event_type} {json.loads(domain_json)['Status']['Status']}")
+        await send_domain(domain_json, event_type)
+
+    sink.send_domain = recording_send_domain
+
+    async def story():
+        await manager.start()
+        try:
+            await manager.execute(Intent.SYNC, parse_vmi(raw), budget=15)
+            async with asyncio.timeout(10):
+                while "memory released" not in happened:
+                    await asyncio.sleep(0.01)
+            assert happened == ["ADDED Running", "memory released"]
+        finally:
+            await manager.close()
+
+    asyncio.run(story())
