@@ -483,7 +483,9 @@ class DomainManager(LiveChanges, Migrating):
         try:
             await self._api(client.boot, timeout=self.settings.boot_timeout)
             if start_paused:
+                seen = dict(self._seen)
                 await self._api(client.pause)
+                self._told_by_answer("pause", seen)  # its vm:paused may come after an unpause
         except ChApiError as e:
             # Leave no half-made VM, so the next Sync starts clean: a VMM that did not answer is
             # stopped (the next Sync spawns another), otherwise its VM config is deleted.

@@ -168,3 +168,24 @@ def test_events_that_arrive_after_the_answers_do_not_take_the_state_back(layout,
 
     caplog.set_level("INFO", logger="ch_launcher.manager.core")
     _run(manager, story)
+
+
+def test_the_late_event_of_a_start_paused_boots_pause_does_not_pause_the_vm_again(layout, caplog):
+    # startStrategy Paused: the launcher pauses right after vm.boot. Its vm:paused, written by
+    # the VMM's own thread, may come after the user's unpause has already run the VM.
+    raw = make_vmi(startStrategy="Paused")
+    manager, sink = _manager(layout, raw, vmm_env={"FAKE_CH_EVENT_DELAY": "0.3"})
+    vmi = parse_vmi(raw)
+
+    async def story():
+        await manager.execute(Intent.SYNC, vmi, budget=15)
+        await manager.execute(Intent.UNPAUSE, vmi)
+        deadline = time.monotonic() + 10
+        while not any("event vm:resumed" in r.getMessage() for r in caplog.records):  # the late events
+            assert time.monotonic() < deadline, "vm:resumed never came"
+            await asyncio.sleep(0.02)
+        assert _statuses(sink) == [("Paused", "User"), ("Running", "Unknown")]
+        assert manager.state is VmState.RUNNING
+
+    caplog.set_level("INFO", logger="ch_launcher.manager.core")
+    _run(manager, story)
