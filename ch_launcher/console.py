@@ -57,6 +57,9 @@ class ConsoleError(Exception):
     """The console could not be set up or could not reach the VMM's serial socket."""
 
 
+DRAIN_TIMEOUT = 1.0  # seconds a re-attach lets the old connection deliver what it holds (until CH closes it)
+
+
 class SerialConsole:
     """Bridge between CH's serial socket (`vmm_socket`) and `console_socket`; log to `log_file`.
 
@@ -101,7 +104,7 @@ class SerialConsole:
         socket is retried briefly; after `timeout` seconds, ConsoleError."""
         if self._closed:
             raise ConsoleError("serial console is closed")
-        await self._detach_vmm()
+        await self._detach_vmm(drain=DRAIN_TIMEOUT)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         delay = 0.01
@@ -212,11 +215,19 @@ class SerialConsole:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    async def _detach_vmm(self) -> None:
+    async def _detach_vmm(self, *, drain: float = 0.0) -> None:
+        """Drop the connection to CH's serial socket. With `drain`, first let it deliver what
+        it still holds, for up to `drain` seconds: a re-attach follows a reboot or a new VMM,
+        which has closed the old connection (or is about to), but what the guest printed on it
+        may not have been read yet (the launcher was busy, or CH wrote the new boot's first
+        bytes there, as v53 does), and closing it at once dropped that from the log."""
         task, writer = self._vmm_task, self._vmm_writer
         self._vmm_task = None
         self._vmm_reader = None
         self._vmm_writer = None
+        if task is not None and drain > 0 and not task.done():
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(task), drain)
         if writer is not None:
             writer.close()
         if task is not None:

@@ -182,6 +182,36 @@ async def test_reattach_after_a_reboot_keeps_logging_and_serving(sockdir: str) -
 
 
 @run
+async def test_a_reattach_first_keeps_what_the_old_connection_still_held(sockdir: str) -> None:
+    """The guest printed and CH rebuilt the VM (a reboot) before the launcher read the old
+    connection (its event loop was busy): the re-attach that vm:rebooted triggers must log those
+    bytes before the new boot's, not drop them with the connection."""
+    import socket
+
+    vmm_path = os.path.join(sockdir, "ch-serial.sock")
+    log_path = os.path.join(sockdir, "uid", "virt-serial0-log")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # CH's side, driven step by step
+    listener.bind(vmm_path)
+    listener.listen(4)
+    console = SerialConsole(vmm_path, os.path.join(sockdir, "uid", "virt-serial0"), log_path)
+    await console.start()
+    try:
+        await console.attach_vmm()
+        first, _ = listener.accept()  # connected: it is in the backlog
+        first.sendall(b"first boot\r\n")
+        first.close()                 # the reboot closes it; the launcher has not run meanwhile
+        await console.attach_vmm()    # vm:rebooted
+        second, _ = listener.accept()
+        second.sendall(b"second boot\r\n")
+        await wait_for(lambda: read_file(log_path).endswith(b"second boot\r\n"))
+        assert read_file(log_path) == b"first boot\r\nsecond boot\r\n"
+        second.close()
+    finally:
+        await console.close()
+        listener.close()
+
+
+@run
 async def test_attach_waits_briefly_for_the_vmm_to_create_its_socket(sockdir: str) -> None:
     s = Setup(sockdir)
     await s.console.start()
