@@ -374,6 +374,9 @@ def test_a_vcpu_failure_during_a_soft_reboot_is_crashed_and_not_booted_again(new
 def test_a_guest_reboot_keeps_the_vm_running_and_is_announced(vh, how):
     async def story():
         await vh.boot()
+        # the first boot is in the serial log (the launcher announces Running before it has
+        # relayed the guest's first output; a guest that reboots before that leaves none)
+        await wait_for_file(vh.serial_log, lambda log: log.count(vh.boot_marker) == 1, 10, "the first boot")
         since = len(vh.recorder.events)
         pid = vh.vmm_pid()
         await vh.guest_does(how)  # a triple fault is a reset for CH, as a reboot
