@@ -455,7 +455,10 @@ class DomainManager(LiveChanges, Migrating):
             log.error("%s", e)
 
     async def _create(self) -> None:
-        from ch_launcher.ch.api import ChApiError, Conflict
+        """`vm.create`, replacing a config an earlier attempt left. A VMM that does not answer
+        (hung, or gone between calls) is stopped, as `_boot` does, so that the next Sync starts
+        a fresh one instead of asking the same stalled VMM again. Raises CommandFailed."""
+        from ch_launcher.ch.api import ChApiError, Conflict, VmmUnavailable
 
         assert self._plan is not None and self._host.current is not None
         client = self._host.current.client
@@ -467,6 +470,9 @@ class DomainManager(LiveChanges, Migrating):
                 if attempt == 2:
                     raise CommandFailed("cloud-hypervisor keeps a VM that cannot be replaced") from None
                 await self._api(client.delete)  # a config left by an earlier attempt: replace it
+            except VmmUnavailable as e:
+                await self._stop_vmm()
+                raise CommandFailed(f"cloud-hypervisor did not take the VM configuration: {e}") from None
             except ChApiError as e:
                 raise CommandFailed(f"cloud-hypervisor refused the VM configuration: {e}") from None
 

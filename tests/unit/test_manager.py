@@ -219,3 +219,30 @@ def test_memory_is_released_only_once_virt_handler_has_heard_of_the_boot(layout,
             await manager.close()
 
     asyncio.run(story())
+
+
+def test_a_vmm_that_does_not_answer_vm_create_is_replaced_by_the_next_sync(layout):
+    # As after a vm.boot without an answer: the stalled VMM is stopped, so the next Sync asks a
+    # fresh one (it asked the same stalled VMM again, for ever).
+    raw = make_vmi()
+    manager, sink = _manager(layout, raw, api_timeout=0.5, stop_timeout=0.5,
+                             vmm_env={"FAKE_CH_HANG_ENDPOINT": "vm.create"})
+    vmi = parse_vmi(raw)
+
+    async def story():
+        await manager.start()
+        try:
+            assert await manager.wait_until(lambda: manager.vmm_pid is not None, 10)
+            first = manager.vmm_pid
+            with pytest.raises(CommandFailed, match="cloud-hypervisor did not take the VM configuration: "
+                                                    "vm.create failed: no answer from the VMM within 0.5 s"):
+                await manager.execute(Intent.SYNC, vmi, budget=15)
+            assert manager.vmm_pid is None and manager.state is VmState.UNDEFINED
+            with pytest.raises(CommandFailed, match="did not take the VM configuration"):
+                await manager.execute(Intent.SYNC, vmi, budget=15)  # this VMM hangs too, but it is another
+            assert manager._host.spawned[-1].pid != first and len(manager._host.spawned) == 2
+            assert sink.domains == []
+        finally:
+            await manager.close()
+
+    asyncio.run(story())
