@@ -345,13 +345,14 @@ def _connect(path: str) -> None:
         s.close()
 
 
-def create_devices(config: dict[str, Any]) -> list[int]:
+def create_devices(config: dict[str, Any], taps: dict[str, list[int]] | None = None) -> list[int]:
     """The checks `Vm::new` makes against the host: payload files, disk images (type detected
     and written back), taps (opened for real, `fakech_tap`), vhost-user and virtio-fs sockets.
-    Returns the fds the VM keeps (its taps). Raises DeviceError."""
+    Returns the fds the VM keeps (its taps); `taps`, when given, gets each NIC's by its id (the
+    device closes them when the guest ejects it). Raises DeviceError."""
     fds: list[int] = []
     try:
-        _create_devices(config, fds)
+        _create_devices(config, fds, taps)
     except BaseException:
         for fd in fds:
             os.close(fd)
@@ -359,7 +360,7 @@ def create_devices(config: dict[str, Any]) -> list[int]:
     return fds
 
 
-def _create_devices(config: dict[str, Any], fds: list[int]) -> None:
+def _create_devices(config: dict[str, Any], fds: list[int], taps: dict[str, list[int]] | None) -> None:
     payload = config.get("payload") or {}
     for key, text in (("firmware", "Error manipulating firmware file"), ("kernel", "Cannot open kernel file"),
                       ("initramfs", "Cannot open initramfs file")):  # fmt: skip
@@ -395,7 +396,10 @@ def _create_devices(config: dict[str, Any], fds: list[int]) -> None:
                 _backend(net.get("vhost_socket"), "Cannot create vhost-user-net device")
             continue
         try:
-            fds.extend(fakech_tap.open_tap(net))
+            opened = fakech_tap.open_tap(net)
+            fds.extend(opened)
+            if taps is not None and net.get("id"):
+                taps[net["id"]] = opened
         except fakech_tap.TapError as exc:
             raise DeviceError(*exc.chain) from None
     for fs in config.get("fs") or []:

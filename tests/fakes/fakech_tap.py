@@ -14,7 +14,8 @@ step by step, with real syscalls on a tap that exists in the VMM's network names
 4. every later fd: TUNSETIFF and TUNSETVNETHDRSZ.
 
 Errors are CH's chains (`Cannot create virtio-net device` / `Failed to open taps` / ...), the
-ioctl number in decimal, then the OS error. The fds stay open while the VM exists.
+ioctl number in decimal, then the OS error. The fds stay open while the VM exists, or until the
+guest ejects the NIC (the same tap can then be added again at once, as on the real VMM).
 
 Known difference: CH creates a tap when none of that name exists (or no name is given); that
 needs CAP_NET_ADMIN, and the simulation refuses exactly as CH does without it, but with it

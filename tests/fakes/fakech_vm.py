@@ -164,6 +164,7 @@ class Vm:
         self.vcpu_removal_until = 0.0  # the guest is still offlining vCPUs (CpuManager's, gone with the Vm)
         self.vcpus_present = 0  # while a removal is pending: the vCPUs still there
         self.disk_locks: dict[str, int] = {}  # disk id -> its lock fd (also in lock_fds)
+        self.tap_fds: dict[str, list[int]] = {}  # NIC id -> its tap fds (also in lock_fds)
         self.tpm_conn: Any = None  # the control connection to swtpm, for the life of the Vm
         self.virtio_mem_plugged = 0  # bytes the guest's virtio-mem driver has plugged
         self.ram = GuestRam.for_config(config)  # Vm::new maps the guest RAM (fakech_ram.py)
@@ -314,8 +315,9 @@ class Vmm:
             raise self.fail(endpoint, "Failed to validate config", *exc.chain, kind=exc.kind) from None
         candidate = copy.deepcopy(self.config)
         counter = self.assign_ids(candidate)
+        taps: dict[str, list[int]] = {}
         try:
-            held = checks.create_devices(candidate)
+            held = checks.create_devices(candidate, taps)
         except checks.DeviceError as exc:
             raise self.fail(endpoint, *exc.chain) from None
         # Ids (and autodetected image types) are written back into the stored config.
@@ -333,7 +335,8 @@ class Vmm:
         self.config.update(candidate)
         self.id_counter = counter
         vm = Vm(self.config)
-        vm.lock_fds.extend(held)  # the taps stay open while the VM exists
+        vm.lock_fds.extend(held)  # the taps stay open while the VM exists, or until ejected
+        vm.tap_fds = taps
         vm.tpm_conn = tpm_conn
         if pty is not None:
             self.config.setdefault("serial", {})["file"] = pty
@@ -728,11 +731,13 @@ class Vmm:
                 self.id_counter += 1
             dev["id"] = f"{prefix}{self.id_counter}"
             self.id_counter += 1
+        taps: dict[str, list[int]] = {}
         try:
-            held = checks.create_devices({key: [dev] if is_list else dev, "memory": candidate.get("memory")})
+            held = checks.create_devices({key: [dev] if is_list else dev, "memory": candidate.get("memory")}, taps)
         except checks.DeviceError as exc:
             raise self.fail(endpoint, *exc.chain) from None
-        self.vm.lock_fds.extend(held)  # a hot-added NIC's taps, closed with the VM
+        self.vm.lock_fds.extend(held)  # a hot-added NIC's taps, closed with the VM or when ejected
+        self.vm.tap_fds.update(taps)
         if key == "disks" and dev.get("path") and not dev.get("vhost_user"):
             try:
                 self.vm.lock_fds.append(_lock_image(dev["path"], bool(dev.get("readonly"))))
@@ -788,7 +793,9 @@ class Vmm:
             return
         bdf = vm.bdfs.pop(dev_id)
         fd = vm.disk_locks.pop(dev_id, None)
-        if fd is not None:
+        # a NIC's taps are closed as its device goes, as the real VMM does (the same tap can be
+        # added again at once; kept open, the next TUNSETIFF would fail with EBUSY)
+        for fd in ([fd] if fd is not None else []) + vm.tap_fds.pop(dev_id, []):
             vm.lock_fds.remove(fd)
             os.close(fd)
         self.host.event("vm", "device-removed", {"id": dev_id, "bdf": bdf})

@@ -141,6 +141,31 @@ def test_an_absent_interface_the_guest_never_ejects_stays_in_the_domain(pod, lau
     assert len(vh.requests("vm.remove-device")) == 1
 
 
+def test_an_interface_the_guest_ejects_before_the_detach_call_returns_can_be_plugged_again(pod, launch):
+    # The real VMM's vCPU thread writes vm:device-removed as the guest ejects, often before the
+    # API thread answers vm.remove-device (FAKE_CH_EJECT_DELAY=0 always does so).
+    pod.masquerade(mtu=1400)
+    blue = hashed_pod_interface("blue")
+    pod.bridge(blue, tap="tap" + blue[3:], index=1, mtu=1500, mac=BLUE_MAC, ipam=False)
+    vmi = add_blue(masquerade_vmi())
+    multus_attached(vmi, "blue", blue)
+    vh = launch(vmi, env={"FAKE_CH_EJECT_DELAY": "0"})  # booted with both
+    assert nic_ids(vh) == ["default", "blue"]
+
+    vmi = vh.vmi_copy()
+    vmi["spec"]["domain"]["devices"]["interfaces"][1]["state"] = "absent"
+    since = len(vh.recorder.events)
+    vh.run(vh.client.sync(vmi))
+    vh.run(vh.recorder.wait_for(lambda e: "blue" not in domain_nics(e.domain), since=since, timeout=10))
+    assert nic_ids(vh) == ["default"]
+    # the user plugs it again (its bridge and tap are still there): the next Sync attaches it
+    del vmi["spec"]["domain"]["devices"]["interfaces"][1]["state"]
+    since = len(vh.recorder.events)
+    vh.run(vh.client.sync(vmi))
+    vh.run(vh.recorder.wait_for(lambda e: "blue" in domain_nics(e.domain), since=since))
+    assert nic_ids(vh) == ["default", "blue"] and len(vh.requests("vm.add-net")) == 1
+
+
 def test_an_absent_interface_with_an_ordinal_tap_is_not_unplugged(pod, launch):
     # a pod from before the hashed naming scheme: net1 / tap1, which virt-launcher never unplugs
     pod.masquerade(mtu=1400)
