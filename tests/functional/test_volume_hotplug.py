@@ -13,10 +13,12 @@ the disk leaves the Domain once the guest has ejected it (then virt-handler unmo
 from __future__ import annotations
 
 import os
+import stat
 
 import pytest
 
-from tests.functional.harness import Harness
+from tests.functional.harness import Harness, make_vmi
+from tests.functional.pod_fixtures import vmm_info
 from tests.functional.story_fixtures import BOTH_VMMS
 
 
@@ -221,3 +223,33 @@ def test_a_hotplugged_volume_mounted_before_start_boots_with_the_vm(new_harness)
 
     vh.run(story())
     assert os.path.exists(path)  # the launcher never deletes a volume's file
+
+
+@pytest.mark.root
+def test_a_hotplugged_block_volume_is_attached_from_its_device_node_and_detached(pod, launch):
+    # A block PVC: virt-handler makes the device node <hotplug-disk-dir>/<vol> in the pod
+    # (pkg/storage/volumepath HotplugBlockDevice@d923fdb815cd), owned by the launcher's user.
+    vh = launch(make_vmi())
+    backing = pod.root / "blk-claim.img"
+    with open(backing, "wb") as f:
+        f.truncate(8 << 20)
+    loop = pod.block_device("blkdata", backing)
+    node = vh.layout.hotplug_disk_dir / "blkdata"
+    os.mknod(node, stat.S_IFBLK | 0o660, os.stat(loop).st_rdev)
+    pod.own(node)
+    vmi = add_volume(vh.vmi_copy(), "blkdata", phase="MountedToPod")
+    vmi["status"]["volumeStatus"][-1]["persistentVolumeClaimInfo"]["volumeMode"] = "Block"
+
+    since = len(vh.recorder.events)
+    vh.run(vh.client.sync(vmi))
+    event = vh.run(vh.recorder.wait_for(lambda e: "blkdata" in disks_of(e.domain), since=since))
+    disk = disks_of(event.domain)["blkdata"]
+    assert disk["Source"]["Dev"] == str(node) and disk["Target"]["Device"] == "vdd"
+    added = [d for d in vmm_info(vh)["config"]["disks"] if d["id"] == "blkdata"]
+    assert [d["path"] for d in added] == [str(node)]
+
+    remove_volume(vmi, "blkdata")
+    since = len(vh.recorder.events)
+    vh.run(vh.client.sync(vmi))
+    vh.run(vh.recorder.wait_for(lambda e: "blkdata" not in disks_of(e.domain), since=since, timeout=10))
+    assert all(d["id"] != "blkdata" for d in vmm_info(vh)["config"]["disks"])
