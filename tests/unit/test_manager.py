@@ -193,10 +193,10 @@ def test_releasing_memory_never_fails(tmp_path):
 def test_memory_is_released_only_once_virt_handler_has_heard_of_the_boot(layout, monkeypatch):
     # release_memory() holds the event loop for ~100 ms and pages out what sending needs: right
     # after the boot it delayed the first Domain event (and the Sync's answer) by as much.
-    import ch_launcher.manager.core as core
+    import ch_launcher.manager.steps as steps  # where the boot step calls it
 
     happened: list[str] = []
-    monkeypatch.setattr(core, "release_memory", lambda: happened.append("memory released"))
+    monkeypatch.setattr(steps, "release_memory", lambda: happened.append("memory released"))
     raw = make_vmi()
     manager, sink = _manager(layout, raw)
     send_domain = sink.send_domain
