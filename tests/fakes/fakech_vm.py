@@ -22,6 +22,7 @@ from typing import Any, Callable, Protocol
 import fakech_checks as checks
 from fakech_migration import Migrations
 from fakech_ram import GuestRam
+from fakech_vcpus import VcpuThreads
 
 # ApiError Display strings (vmm/src/api/mod.rs@v53.0): the second element of every error chain.
 ACTION = {
@@ -168,6 +169,7 @@ class Vm:
         self.tpm_conn: Any = None  # the control connection to swtpm, for the life of the Vm
         self.virtio_mem_plugged = 0  # bytes the guest's virtio-mem driver has plugged
         self.ram = GuestRam.for_config(config)  # Vm::new maps the guest RAM (fakech_ram.py)
+        self.vcpus = VcpuThreads((config.get("cpus") or {}).get("affinity"))  # started at boot (fakech_vcpus.py)
 
     def release(self) -> None:
         if self.tpm_conn is not None:
@@ -179,6 +181,7 @@ class Vm:
             except OSError:
                 pass
         self.lock_fds.clear()
+        self.vcpus.stop()
         if self.ram is not None:
             self.ram.close()
             self.ram = None
@@ -355,6 +358,7 @@ class Vmm:
             ) from None
         vm.state = "Running"
         self.vm = vm
+        vm.vcpus.resize(int((self.config.get("cpus") or {}).get("boot_vcpus") or 1))
         self.host.serial_boot()
         self.schedule_activation(vm)
         self.schedule_dirtying(vm)
@@ -600,13 +604,18 @@ class Vmm:
                 if vcpus > cpus.get("max_vcpus", 1):
                     raise self.fail("vm.resize", "Error from CPU manager", "Requested vCPUs exceed maximum")
                 if vcpus < present:
-                    # The guest removes vCPUs asynchronously; meanwhile another resize gets 429.
+                    # The guest removes vCPUs asynchronously; meanwhile another resize gets 429,
+                    # and the removed vCPUs' threads run on until it is done (for ever: never).
                     delay = self.host.vcpu_removal_delay
                     if delay is None:
                         self.host.log("INFO", f"vCPUs {vcpus}..{present - 1}: removal requested; the guest never "
                                       "offlines them (FAKE_CH_VCPU_REMOVAL_DELAY=never)")
                     vm.vcpu_removal_until = math.inf if delay is None else time.monotonic() + delay
                     vm.vcpus_present = present
+                    if delay is not None:
+                        self.host.schedule(delay, lambda: vm.vcpus.resize(vcpus) if self.vm is vm else None)
+                else:
+                    vm.vcpus.resize(vcpus)
             cpus["boot_vcpus"] = vcpus
         if ram is not None:
             self.resize_memory(vm, memory, ram)

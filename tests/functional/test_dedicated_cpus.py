@@ -55,8 +55,7 @@ def test_each_vcpu_gets_its_cpu_and_every_other_thread_of_the_pod_the_emulator_c
     owner, monitor = vh.socket_owner(str(h.layout.cmd_socket))
     vmm = vh.find_qemu(monitor)
     vmm_threads = threads(vmm)
-    if h.ch_binary != str(FAKE_CH):
-        assert vmm_threads.pop("vcpu0") == {vcpu_cpu}  # Cloud Hypervisor placed it (cpus.affinity)
+    assert vmm_threads.pop("vcpu0") == {vcpu_cpu}  # Cloud Hypervisor placed it (cpus.affinity), as the simulation does
     vmm_threads.pop("kvm-nx-lpage-re", None)  # KVM's worker in the VMM's group may refuse affinity
     for pid, found in [(vmm, vmm_threads), (owner, threads(owner)), (monitor, threads(monitor)),
                        (vh.find_virtqemud(owner), threads(vh.find_virtqemud(owner)))]:

@@ -34,7 +34,10 @@ SCENARIOS = ("main", "kill", "poweroff", "sigterm", "crash", "panic", "runtime")
 # the K8s events, and lines the story must print.
 EXPECTED: dict[str, dict[str, Any]] = {
     "main": {"events": "MODIFIED Paused/User", "final": "Shutoff/Shutdown", "k8s": "[]",
-             "lines": ("dirty-rate collector: 1 metric samples", "metric kubevirt_vmi_dirty_rate_bytes_per_second")},
+             "lines": ("dirty-rate collector: 1 metric samples", "metric kubevirt_vmi_dirty_rate_bytes_per_second",
+                       # from the VMM's vcpu<n> threads (ch_launcher.stats)
+                       "metric kubevirt_vmi_vcpu_seconds_total", "metric kubevirt_vmi_vcpu_delay_seconds_total",
+                       "metric kubevirt_vmi_node_cpu_affinity")},
     "kill": {"final": "Shutoff/Destroyed", "k8s": "[]"},
     "poweroff": {"final": "Shutoff/Shutdown", "k8s": "[]"},
     "sigterm": {"final": "Shutoff/", "k8s": "[]"},
