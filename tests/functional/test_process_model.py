@@ -230,8 +230,8 @@ def test_a_vmm_that_crashes_under_the_monitor_is_shutoff_crashed_as_an_own_child
         if crash != "SIGKILL":
             assert "Unexpected exit reason on vcpu run: InternalError" in warning["message"]
         assert (await h.client.call("Ping")).success
-        await h.client.vmi_command("DeleteVirtualMachine", h.vmi)
-        await h.recorder.wait_for_deleted()
         assert vh.socket_owner(str(h.layout.cmd_socket))[0] == owner  # the launcher served on
+        await h.client.vmi_command("DeleteVirtualMachine", h.vmi)
+        await h.recorder.wait_for_deleted()  # (after which the launcher exits, taking its socket)
 
     h.run(story())
