@@ -2,11 +2,14 @@
 
 Why: launcher memory. Every launcher pod pays for what its process imports, and most of this is
 needed only by some VMs or only after the first Sync (bench/footprint.py attributes the
-launcher's PSS to its imports): the REST client, the VMM process and the translator come with the
-first Sync (and `settings.preload` imports them in a thread once the command socket is ready, so
-the first Sync does not wait for them); TPM (`manager.tpm`), the runtime process tree and memlock
-(`manager.procmodel`), host tuning for dedicated and realtime CPUs (`manager.tuning`) only for a
-VMI that asks for them.
+launcher's PSS to its imports): the REST client, the VMM process, the translator, file
+preparation, the guest's DHCP server and the stats come with the first Sync (and `settings.preload`
+imports them in a thread once the command socket is ready, so the first Sync does not wait for
+them); TPM (`manager.tpm`), the runtime process tree and memlock (`manager.procmodel`) and host
+tuning for dedicated and realtime CPUs (`manager.tuning`) only for a VMI that asks for them;
+changes to a running VM (`manager.resize`, `manager.devices` with hotplug and PVC expansion) only
+once a VMI changes; live migration (`manager.migration_source`, `manager.migration_target`, and
+through them the relay) only in a launcher that migrates.
 
 Each name below is a module, imported the first time it is read (PEP 562 module `__getattr__`)
 and then an ordinary attribute: `features.tpm.Swtpm` imports `ch_launcher.manager.tpm` when a VM
@@ -24,11 +27,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ch_launcher import convert, prepare, stats
+    from ch_launcher import convert, dhcp, prepare, stats
     from ch_launcher.ch import api, process
-    from ch_launcher.manager import procmodel, tpm, tuning
+    from ch_launcher.manager import devices, migration_source, migration_target, procmodel, resize, tpm, tuning
 
-__all__ = ["api", "convert", "prepare", "process", "procmodel", "stats", "tpm", "tuning"]
+__all__ = ["api", "convert", "devices", "dhcp", "migration_source", "migration_target", "prepare", "process",
+           "procmodel", "resize", "stats", "tpm", "tuning"]
 
 _MODULES = {
     "api": "ch_launcher.ch.api",                 # the VMM's REST client and its errors
@@ -39,6 +43,11 @@ _MODULES = {
     "tpm": "ch_launcher.manager.tpm",            # swtpm, for a VMI with a TPM
     "procmodel": "ch_launcher.manager.procmodel",  # where virt-handler looks for the VMM; memlock
     "tuning": "ch_launcher.manager.tuning",      # housekeeping and realtime vCPU pinning
+    "dhcp": "ch_launcher.dhcp",                  # the guest's DHCP server (bridge, masquerade)
+    "resize": "ch_launcher.manager.resize",      # vCPU and memory hotplug
+    "devices": "ch_launcher.manager.devices",    # volume and interface hotplug, PVC expansion
+    "migration_source": "ch_launcher.manager.migration_source",  # an outgoing live migration
+    "migration_target": "ch_launcher.manager.migration_target",  # an incoming live migration
 }
 
 

@@ -9,6 +9,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ch_launcher.console import ConsoleError, SerialConsole, console_paths
+from ch_launcher.manager import features
 from ch_launcher.manager.settings import CommandFailed, ManagerSettings
 
 if TYPE_CHECKING:
@@ -71,14 +72,12 @@ class GuestServices:
         self._attach = asyncio.ensure_future(attach())
 
     def _start_dhcp(self, plan: Plan, vmi: VirtualMachineInstance) -> None:
-        from ch_launcher.dhcp import DhcpError, start_dhcp
-
         if self._dhcp is not None:
             return
         hostname = vmi.spec.hostname or vmi.metadata.name  # what virt-launcher offers the guest
         try:
-            self._dhcp = start_dhcp(plan, self.settings.launcher_env(), hostname=hostname)
-        except DhcpError as e:
+            self._dhcp = features.dhcp.start_dhcp(plan, self.settings.launcher_env(), hostname=hostname)
+        except features.dhcp.DhcpError as e:
             raise CommandFailed(f"cannot serve DHCP to the guest: {e}") from None
 
     async def restart_dhcp(self, plan: Plan, vmi: VirtualMachineInstance | None) -> None:
@@ -86,8 +85,6 @@ class GuestServices:
         is stopped and started again with every lease (stateless: each answers one MAC).
         Raises CommandFailed when it cannot start; then no lease is served until the next
         restart (the caller restarts with what it served before)."""
-        from ch_launcher.dhcp import DhcpError, start_dhcp
-
         if vmi is None:
             return
         dhcp, self._dhcp = self._dhcp, None
@@ -95,8 +92,9 @@ class GuestServices:
             await asyncio.to_thread(dhcp.stop)
         hostname = vmi.spec.hostname or vmi.metadata.name
         try:
-            self._dhcp = await asyncio.to_thread(start_dhcp, plan, self.settings.launcher_env(), hostname=hostname)
-        except DhcpError as e:
+            self._dhcp = await asyncio.to_thread(features.dhcp.start_dhcp, plan, self.settings.launcher_env(),
+                                                 hostname=hostname)
+        except features.dhcp.DhcpError as e:
             raise CommandFailed(f"cannot serve DHCP to the guest: {e}") from None
 
     async def stop(self) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ch_launcher import lifecycle
 from ch_launcher.lifecycle import VmState
+from ch_launcher.manager import features
 from ch_launcher.manager.runner import NotStarted, StillRunning
 from ch_launcher.manager.settings import CommandFailed
 
@@ -62,9 +63,7 @@ class LiveChanges:
             raise CommandFailed(f"{name} is still in progress after {budget:.0f} s") from None
 
     async def _resize(self, what: str, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> str:
-        from ch_launcher.ch.api import ChApiError, Conflict
-        from ch_launcher.manager import resize
-
+        api, resize = features.api, features.resize
         plan, vmm = self._plan, self._host.current
         if plan is None or vmm is None or self._vm.state not in (VmState.RUNNING, VmState.PAUSED):
             raise CommandFailed(lifecycle.NOT_RUNNING)
@@ -77,11 +76,11 @@ class LiveChanges:
                 try:
                     await self._api(vmm.client.resize, desired_vcpus=count)
                     break
-                except Conflict as e:  # 429: the guest is still offlining vCPUs of an earlier resize
+                except api.Conflict as e:  # 429: the guest is still offlining vCPUs of an earlier resize
                     if e.status != 429 or attempt == resize.VCPU_RETRIES:
                         raise CommandFailed(f"failed to update vCPUs: {e}") from None
                     await asyncio.sleep(resize.VCPU_RETRY_DELAY)
-                except ChApiError as e:
+                except api.ChApiError as e:
                     raise CommandFailed(f"failed to update vCPUs: {e}") from None
             plan.config.cpus.boot_vcpus = count
             self._publish()
@@ -94,7 +93,7 @@ class LiveChanges:
         if ram - memory.size != (memory.hotplugged_size or 0):
             try:
                 await self._api(vmm.client.resize, desired_ram=ram)
-            except ChApiError as e:
+            except api.ChApiError as e:
                 raise CommandFailed(f"failed to update Guest Memory: {e}") from None
             memory.hotplugged_size = (ram - memory.size) or None
         self._runner.background(self._follow_memory(vmm))
@@ -107,19 +106,17 @@ class LiveChanges:
         gone), which is how the end is seen; a resize to the count still present would be taken
         as nothing to do and leave the VM short once the removal completes. CommandFailed when
         the guest has not completed it in time: the removal stays pending."""
-        from ch_launcher.ch.api import ChApiError, Conflict
-        from ch_launcher.manager import resize
-
+        api, resize = features.api, features.resize
         loop = asyncio.get_running_loop()
         deadline = loop.time() + resize.VCPU_REMOVAL_TIMEOUT
         while True:
             try:
                 await self._api(vmm.client.resize, desired_vcpus=count)
                 return
-            except Conflict as e:
+            except api.Conflict as e:
                 if e.status != 429:
                     raise CommandFailed(f"failed to update vCPUs: {e}") from None
-            except ChApiError as e:
+            except api.ChApiError as e:
                 raise CommandFailed(f"failed to update vCPUs: {e}") from None
             if loop.time() >= deadline:
                 raise CommandFailed(f"vCPU unplug request timed out: the guest has not offlined vCPUs {count} to "
@@ -143,13 +140,12 @@ class LiveChanges:
 
     async def _refresh_memory(self, vmm: VmmProcess) -> bool:
         """Take `memory_actual_size` from vm.info into the Domain; False when the VMM is gone."""
-        from ch_launcher.ch.api import ChApiError
-
+        api = features.api
         if vmm is not self._host.current:
             return False
         try:
             info = await self._api(vmm.client.info)
-        except ChApiError:
+        except api.ChApiError:
             return False
         if info.memory_actual_size is not None and info.memory_actual_size != self._current_memory:
             self._current_memory = info.memory_actual_size
@@ -162,8 +158,7 @@ class LiveChanges:
         devices = device_facts(vmi)
         if devices == self._devices_seen:
             return
-        from ch_launcher.manager import devices as live_devices
-
+        live_devices = features.devices
         settled = await live_devices.sync(self, vmi, options or self._options or self._default_options())
         self._devices_seen = devices if settled else None
 
@@ -196,7 +191,5 @@ class LiveChanges:
             log.error("%s", e)
 
     def _default_options(self) -> LauncherOptions:
-        from ch_launcher.convert import LauncherOptions
-
-        return LauncherOptions()
+        return features.convert.LauncherOptions()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from ch_launcher.manager import features
 from ch_launcher.manager.runner import NotStarted, StillRunning
 from ch_launcher.manager.settings import CommandFailed
 
@@ -43,24 +44,21 @@ class Migrating:
 
     async def migrate(self, vmi: VirtualMachineInstance, options: bytes, *, budget: float = 18.0) -> str:
         """MigrateVirtualMachine: start sending this VM (`migration_source.migrate`)."""
-        from ch_launcher.manager import migration_source
-
+        migration_source = features.migration_source
         return await self._migration_command(
             "MigrateVirtualMachine",
             lambda: migration_source.migrate(self, self._complete_metadata(vmi), options), budget)
 
     async def cancel_migration(self, vmi: VirtualMachineInstance, *, budget: float = 18.0) -> str:
         """CancelVirtualMachineMigration: abort an outgoing migration that can still be aborted."""
-        from ch_launcher.manager import migration_source
-
+        migration_source = features.migration_source
         return await self._migration_command("CancelVirtualMachineMigration",
                                              lambda: migration_source.cancel(self, vmi), budget)
 
     async def prepare_migration_target(self, vmi: VirtualMachineInstance, options: LauncherOptions | None, *,
                                        budget: float = 18.0) -> str:
         """SyncMigrationTarget: prepare this pod and wait for the incoming migration."""
-        from ch_launcher.manager import migration_target
-
+        migration_target = features.migration_target
         return await self._migration_command(
             "SyncMigrationTarget",
             lambda: migration_target.prepare(self, self._complete_metadata(vmi), options), budget)
@@ -68,8 +66,7 @@ class Migrating:
     async def finalize_migration(self, vmi: VirtualMachineInstance, interface_migration: dict[str, str], *,
                                  budget: float = 18.0) -> str:
         """FinalizeVirtualMachineMigration: the target's part after the migration completed."""
-        from ch_launcher.manager import migration_target
-
+        migration_target = features.migration_target
         return await self._migration_command(
             "FinalizeVirtualMachineMigration",
             lambda: migration_target.finalize(self, vmi, interface_migration), budget)
