@@ -207,3 +207,24 @@ def test_after_an_addon_upgrade_the_old_image_vmis_are_reported_and_a_resync_mak
     finally:
         cluster.stop_admission()
         cluster.start_admission()
+
+
+def test_with_the_server_down_a_write_goes_through_as_sent_and_a_resync_makes_it_current_again(cluster):
+    """failurePolicy Ignore: with the server down, virt-controller's patch is stored as sent (the
+    validating webhooks let status writes through without calling the server), so the VMI looks
+    outdated, as without the add-on. `ch-admission outdated` reports it; `--resync` makes
+    virt-controller write it again, and the webhook, up again, makes it current."""
+    c = Controllers(cluster, "ls-outage")
+    c.start(CH)
+    assert row_of(outdated_command(cluster).stdout, "ls-outage")[-2:] == ["current", "current"]
+    with cluster.admission_stopped():
+        c.reconcile(CH, conditions=READY + [{"type": "LiveMigratable", "status": "True"}])
+        assert looks(c.get(), c.kv) == "outdated"
+    listed = outdated_command(cluster)
+    assert listed.returncode == 1
+    assert row_of(listed.stdout, "ls-outage")[-2:] == ["outdated", "current"]
+    resynced = outdated_command(cluster, "--resync")
+    assert resynced.returncode == 0 and "resynced default/ls-outage" in resynced.stdout, resynced.stdout
+    c.reconcile(CH)  # the resync's watch event: virt-controller writes the VMI again
+    assert looks(c.get(), c.kv) == "current"
+    assert row_of(outdated_command(cluster).stdout, "ls-outage")[-2:] == ["current", "current"]
