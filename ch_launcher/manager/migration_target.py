@@ -187,7 +187,7 @@ class Incoming:
         m = self.manager
         self.ended = self.completed = True
         if self.relay is not None:
-            self.relay.close()
+            m._runner.background(self._close_relay_once_done(self.relay))
         if m._vm.migration_paused:
             # CompletePaused: the source's VM was paused (by the user); it stays so here.
             m._vm.migration_paused = False
@@ -199,6 +199,14 @@ class Incoming:
         m._publish(force=True)
         log.info("the incoming migration %s completed", m._vm.migration.uid)
         m._runner.background(m._runner.locked("migration-target", self._after_completion))
+
+    async def _close_relay_once_done(self, relay: Relay) -> None:
+        """The receive call returns once the VMM has written its answer to `Complete`, which the
+        relay may not have forwarded yet: closing it now would cut that answer, and the source
+        VMM would fail a migration that completed here ("failed to fill whole buffer"). The relay
+        ends by itself once it has (outcome `completed`); wait for that, a few seconds at most."""
+        await asyncio.to_thread(relay.join, 5.0)
+        relay.close()
 
     async def _after_completion(self) -> None:
         from ch_launcher.ch.api import ChApiError
