@@ -86,7 +86,11 @@ def test_a_running_vm_moves_to_the_target_pod(kind, pair_factory):
             assert failed.status == "Running", "the source resumed its VM"
             assert "GetNestedState" in migration_of(failed)["FailureReason"]
             assert migration_of(failed)["EndTimestamp"]
-            assert any(e.status == "Paused" and e.reason == "Migration" for e in src.recorder.events)
+            # No Paused/Migration is required here: the failed switch-over pauses the guest for
+            # 2-8 ms, and the real VMM can write its pause, the failure and the resume so close
+            # together (from its own event thread, sometimes after vm.info shows Running again)
+            # that the launcher only ever sees Running; virt-handler needs only the outcome.
+            assert all(e.status != "Shutoff" for e in src.recorder.events)
             assert (await src.client.get_domain())["Status"]["Status"] == "Running"
             def guest_answers() -> None:  # the resumed guest runs on, on its console in the source pod
                 with GuestConsole(str(src.layout.console_socket(pair.uid))) as guest:
