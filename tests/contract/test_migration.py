@@ -23,6 +23,7 @@ import pytest
 
 from ch_launcher.ch.api import ChApiError, Conflict, InternalError, VmmUnavailable
 from tests.contract.harness import FAKE, Backend, Vmm
+from tests.contract.test_vcpu_threads import vcpu_threads
 
 HEADER = struct.Struct("<H6sQ")
 START, CONFIG, STATE, MEMORY, COMPLETE, ABANDON = 1, 2, 3, 4, 5, 6
@@ -176,6 +177,7 @@ def test_a_migration_sends_the_memory_and_completes_or_fails_at_the_switch_over(
         assert "vm:shutdown" not in names and "vm:paused" in names
         assert "vm:migration-receive-finished" in dst.events.names()
         assert dst.client.info().state == "Running"
+        assert vcpu_threads(dst.proc.pid) == ["vcpu0"]  # the restored VM's vCPUs run there
     else:
         assert isinstance(result, InternalError)
         assert result.messages[-2:] == ["Socket error", "failed to fill whole buffer"]
@@ -184,6 +186,7 @@ def test_a_migration_sends_the_memory_and_completes_or_fails_at_the_switch_over(
         assert names == ["vm:migration-started", "vm:migration-memory-iteration", "vm:pausing", "vm:paused",
                          "vm:snapshotting", "vm:migration-failed", "vm:resuming", "vm:resumed"]
         assert src.client.info().state == "Running"
+        assert vcpu_threads(src.proc.pid) == ["vcpu0"]  # its vCPUs run on
         assert log_mentions(f"{sdir}/src.log", "GetNestedState(Invalid argument (os error 22))")
         assert dst.client.info().state == "Created", "a failed receive keeps the config it received"
         assert "vm:migration-receive-failed" not in dst.events.names()
@@ -205,6 +208,7 @@ def test_a_switch_over_that_cannot_read_the_vcpu_state(start, sdir, env):
     else:
         src.events.wait_for("vm:resumed", timeout=20)
         assert src.client.info().state == "Running"
+        assert vcpu_threads(src.proc.pid) == ["vcpu0"]  # its vCPUs run on, as on the real VMM (above)
 
 
 def test_while_sending_the_vm_cannot_be_changed_and_vm_info_answers_the_snapshot(backend, start, sdir):

@@ -369,6 +369,10 @@ class Migrations:
         self.host.log("ERROR", f"Migration failed: {message}")
         self.sending = None
         vm = self.vmm.vm
+        if vm is not None:
+            # The early lock release (`_release_locks`) stopped its vCPU threads with the locks;
+            # the real VMM's vCPUs run on whatever happened to the stream.
+            vm.vcpus.resize(int((vm.config.get("cpus") or {}).get("boot_vcpus") or 1))
         if paused_by_us and vm is not None and vm.state == "Paused":
             self.host.event("vm", "resuming")
             vm.state = "Running"
@@ -559,6 +563,7 @@ class Migrations:
                     "likely holds a lock", f"Failed to get {exc.access} lock for disk image: {exc.path}"]
         vm.state = "Paused"
         self.vmm.vm = vm
+        vm.vcpus.resize(int((self.vmm.config.get("cpus") or {}).get("boot_vcpus") or 1))  # Vm::restore makes them
         self.host.event("vm", "restored")
         return None
 
