@@ -54,7 +54,6 @@ import os
 import pathlib
 import re
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -65,6 +64,7 @@ import yaml
 
 from tests.manifests.pod import Container
 from tests.manifests.render import MANIFESTS, REPO, kubectl as kubectl_binary, one, render
+from tests.netns import kill_processes_in, sweep_stale_namespaces
 
 SHARED_K8S = REPO.parent / "shared" / "k8s"
 EPIP = "10.250.0.1"  # up.sh's address on the namespace's lo (EndpointSlices refuse 127/8)
@@ -81,39 +81,12 @@ _NETNS = re.compile(r"^kvch-api-(\d+)-\d+$")  # the creating pid is in the name
 _swept = False
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
-def _kill_processes_in(netns: str) -> None:
-    """SIGKILL what still runs in a namespace of ours (only this harness knows its name)."""
-    pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True, timeout=20).stdout.split()
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(pid), signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while any(_alive(int(p)) for p in pids if p.isdigit()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
 def sweep_stale_clusters() -> None:
     """Remove what control planes of test processes that died without `close()` (SIGKILL, a
     killed pytest) left: their namespaces and the processes in them (etcd, kube-apiserver,
     kube-controller-manager, virt-api, ch-admission). Only names of this module's scheme whose
     creating pid is gone are touched."""
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=20).stdout
-    for line in listed.splitlines():
-        name = line.split(" ", 1)[0]
-        m = _NETNS.match(name)
-        if m and not _alive(int(m.group(1))):
-            _kill_processes_in(name)
-            subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=20)
+    sweep_stale_namespaces(_NETNS)
 
 
 class ClusterError(RuntimeError):
@@ -380,5 +353,5 @@ class Cluster:
                 self._in_netns(["bash", str(SHARED_K8S / "down.sh")], timeout=60)
         if self._netns_created:
             self._netns_created = False
-            _kill_processes_in(self.netns)  # whatever down.sh had no pid file for
+            kill_processes_in(self.netns, timeout=10)  # whatever down.sh had no pid file for
             subprocess.run(["ip", "netns", "delete", self.netns], capture_output=True, timeout=20)

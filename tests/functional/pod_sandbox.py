@@ -64,20 +64,19 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import site
 import stat
 import subprocess
 import sys
 import sysconfig
 import tempfile
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.functional.pod_probes import POD_UID, go_dhcp_config
+from tests.netns import kill_processes_in, pid_alive, sweep_stale_namespaces
 
 MASQUERADE_BRIDGE_MAC = "02:00:00:00:00:00"  # link.StaticMasqueradeBridgeMAC
 POD_MAC = "0a:58:0a:f4:01:05"
@@ -108,29 +107,13 @@ def run(*args: str, check: bool = True, timeout: float = 20) -> subprocess.Compl
 _STALE = re.compile(r"^(?:kcpod|kcvm)(\d+)x[0-9a-f]{6}\d*$")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
 def sweep_stale_sandboxes() -> None:
     """Remove what sandboxes of test processes that died without `close()` (SIGKILL, a killed
     pytest) left: their namespaces (and the processes in them), loop devices and directories.
     Only names of this module's scheme, whose creating pid is gone, are touched."""
-    listed = run("ip", "netns", "list", check=False).stdout.split("\n")
-    for line in listed:
-        name = line.split(" ", 1)[0]
-        match = _STALE.match(name)
-        if match and not _alive(int(match.group(1))):
-            PodSandbox._kill_processes_in(name)
-            run("ip", "netns", "del", name, check=False)
+    sweep_stale_namespaces(_STALE)
     stale_roots = [d for d in Path("/tmp").glob("kp*x*") if (m := re.match(r"^kp(\d+)x", d.name))
-                   and d.is_dir() and not _alive(int(m.group(1)))]
+                   and d.is_dir() and not pid_alive(int(m.group(1)))]
     if not stale_roots:
         return
     loops = run("losetup", "--noheadings", "--output", "NAME,BACK-FILE", "--list", check=False).stdout
@@ -201,35 +184,12 @@ class PodSandbox:
             return
         self._closed = True
         for name in self._namespaces:
-            self._kill_processes_in(name)
+            kill_processes_in(name)
         for name in reversed(self._namespaces):
             run("ip", "netns", "del", name, check=False)
         for loop in self._loops:
             run("losetup", "-d", loop, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
-
-    @staticmethod
-    def _kill_processes_in(netns: str) -> None:
-        """SIGKILL every process whose network namespace is `netns` (they are ours: nobody
-        else knows the name), and wait until they are gone."""
-        try:
-            target = os.stat(f"/run/netns/{netns}").st_ino
-        except OSError:
-            return
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            found = []
-            for entry in os.listdir("/proc"):
-                if entry.isdigit():
-                    with contextlib.suppress(OSError):
-                        if os.stat(f"/proc/{entry}/ns/net").st_ino == target:
-                            found.append(int(entry))
-            if not found:
-                return
-            for pid in found:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.02)
 
     # --- files -------------------------------------------------------------------------------
 
