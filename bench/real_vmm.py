@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import pathlib
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -39,33 +37,8 @@ from bench.footprint import rollup  # noqa: E402
 from demo import CmdClient, LauncherLayout, LauncherProcess, NotifyRecorder, container_disk_images  # noqa: E402
 from tests import real_vmm  # noqa: E402
 from tests.functional.harness import make_vmi  # noqa: E402
+from tests.functional.pod_probes import api  # noqa: E402
 from tests.guest.build import guest_payload  # noqa: E402
-
-
-def rest(path: str, method: str, endpoint: str, body: dict | None = None) -> tuple[int, bytes]:
-    """One bare HTTP/1.1 request on a new connection to the API socket: (status, body)."""
-    data = b"" if body is None else json.dumps(body).encode()
-    head = f"{method} /api/v1/{endpoint} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {len(data)}\r\n"
-    if data:
-        head += "Content-Type: application/json\r\n"
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(30)
-        s.connect(path)
-        s.sendall(head.encode() + b"\r\n" + data)
-        answer = b""
-        while True:
-            end = answer.find(b"\r\n\r\n")
-            if end >= 0:
-                length = 0
-                for line in answer[:end].decode("latin-1").split("\r\n")[1:]:
-                    if line.lower().startswith("content-length:"):
-                        length = int(line.split(":", 1)[1])
-                if len(answer) >= end + 4 + length:
-                    return int(answer.split(b" ", 2)[1]), answer[end + 4 : end + 4 + length]
-            chunk = s.recv(65536)
-            if not chunk:
-                raise RuntimeError(f"{endpoint}: the VMM closed the connection; got {answer!r}")
-            answer += chunk
 
 
 class Round:
@@ -96,7 +69,7 @@ class Round:
         deadline = time.monotonic() + 15
         while True:  # the launcher starts its VMM in the background: wait until it answers
             try:
-                if rest(self.api, "GET", "vmm.ping")[0] == 200:
+                if api(self.api, "GET", "vmm.ping")[0] == 200:
                     return
             except OSError:
                 pass
@@ -113,14 +86,14 @@ class Round:
 
     def bare_create_and_boot(self) -> float:
         """The launcher's VmConfig again, by hand: vm.delete, then timed vm.create + vm.boot."""
-        status, info = rest(self.api, "GET", "vm.info")
+        status, info = api(self.api, "GET", "vm.info")
         assert status == 200, info
-        config = json.loads(info)["config"]
-        status, answer = rest(self.api, "PUT", "vm.delete")
+        config = info["config"]
+        status, answer = api(self.api, "PUT", "vm.delete")
         assert status == 204, answer
         started = time.monotonic()
         for endpoint, body in (("vm.create", config), ("vm.boot", None)):
-            status, answer = rest(self.api, "PUT", endpoint, body)
+            status, answer = api(self.api, "PUT", endpoint, body)
             assert status == 204, f"{endpoint}: {status} {answer!r}"
         return time.monotonic() - started
 
