@@ -200,16 +200,23 @@ class CmdServicer(cmd_grpc.CmdServicer):
     async def SoftRebootVirtualMachine(self, request, context):  # noqa: N802
         return await self._command("SoftRebootVirtualMachine", request, context)
 
-    async def _resize(self, rpc: str, what: str, request: pb.VMIRequest, context: Any) -> pb.Response:
+    async def _vmi_call(self, rpc: str, request: Any, context: Any, call: Callable[..., Any]) -> pb.Response:
+        """An RPC that carries a VMI and is served by one manager call, `call(vmi, budget)`: a
+        refusal (CommandFailed) is a failed Response naming the RPC, as virt-handler logs it with
+        its warning event; a malformed VMI is refused the same way (decode_vmi)."""
         try:
             vmi = decode_vmi(request.vmi.vmiJson)
-            done = await self._manager.resize(what, vmi, launcher_options(request.options),
-                                              budget=budget(context, LONG))
+            done = await call(vmi, budget(context, LONG))
         except CommandFailed as e:
             log.warning("%s failed: %s", rpc, e)
-            return failure(f"{rpc}: {e}")  # named, as virt-handler logs it with its warning event
+            return failure(f"{rpc}: {e}")
         log.info("%s: %s", rpc, done)
         return pb.Response(success=True)
+
+    async def _resize(self, rpc: str, what: str, request: pb.VMIRequest, context: Any) -> pb.Response:
+        return await self._vmi_call(
+            rpc, request, context,
+            lambda vmi, b: self._manager.resize(what, vmi, launcher_options(request.options), budget=b))
 
     async def SyncVirtualMachineCPUs(self, request, context):  # noqa: N802
         return await self._resize("SyncVirtualMachineCPUs", "vcpus", request, context)
@@ -278,33 +285,23 @@ class CmdServicer(cmd_grpc.CmdServicer):
                 "GetQemuVersion: the Cloud Hypervisor version is not known yet: no VMM has answered"))
         return pb.QemuVersionResponse(response=pb.Response(success=True), version=f"cloud-hypervisor {version}")
 
-    async def _migration(self, rpc: str, request: Any, context: Any, call: Callable[..., Any]) -> pb.Response:
-        try:
-            vmi = decode_vmi(request.vmi.vmiJson)
-            done = await call(vmi, budget(context, LONG))
-        except CommandFailed as e:
-            log.warning("%s failed: %s", rpc, e)
-            return failure(f"{rpc}: {e}")  # named, as virt-handler logs it with its warning event
-        log.info("%s: %s", rpc, done)
-        return pb.Response(success=True)
-
     async def MigrateVirtualMachine(self, request, context):  # noqa: N802
-        return await self._migration("MigrateVirtualMachine", request, context,
-                                     lambda vmi, b: self._manager.migrate(vmi, request.options, budget=b))
+        return await self._vmi_call("MigrateVirtualMachine", request, context,
+                                    lambda vmi, b: self._manager.migrate(vmi, request.options, budget=b))
 
     async def CancelVirtualMachineMigration(self, request, context):  # noqa: N802
-        return await self._migration("CancelVirtualMachineMigration", request, context,
-                                     lambda vmi, b: self._manager.cancel_migration(vmi, budget=b))
+        return await self._vmi_call("CancelVirtualMachineMigration", request, context,
+                                    lambda vmi, b: self._manager.cancel_migration(vmi, budget=b))
 
     async def SyncMigrationTarget(self, request, context):  # noqa: N802
-        return await self._migration(
+        return await self._vmi_call(
             "SyncMigrationTarget", request, context,
             lambda vmi, b: self._manager.prepare_migration_target(vmi, launcher_options(request.options), budget=b))
 
     async def FinalizeVirtualMachineMigration(self, request, context):  # noqa: N802
         methods = {name: entry.Method for name, entry in request.options.interfaceMigration.items()}
-        return await self._migration("FinalizeVirtualMachineMigration", request, context,
-                                     lambda vmi, b: self._manager.finalize_migration(vmi, methods, budget=b))
+        return await self._vmi_call("FinalizeVirtualMachineMigration", request, context,
+                                    lambda vmi, b: self._manager.finalize_migration(vmi, methods, budget=b))
 
     async def SignalTargetPodCleanup(self, request, context):  # noqa: N802
         # For a migration target pod (kubevirt cmd-server/server.go@d923fdb815cd): when POD_NAME is
