@@ -130,6 +130,7 @@ class Harness:
                  real: RealVmm | None = None, pod: PodSandbox | None = None, ignores_acpi: bool = False,
                  ignores_ejects: bool = False, runtime_processes: bool | None = None) -> None:
         self.runner = asyncio.Runner()
+        self.owns_runner = True  # False: the loop is another Harness's, which closes it
         self.closed = False
         # In a pod sandbox the launcher runs as the compute container (uid 107, its own network
         # namespace): its directories are the pod's, under the sandbox's root.
@@ -316,7 +317,8 @@ class Harness:
                 self.launcher.kill()
             self.run(self.recorder.stop())
         finally:
-            self.runner.close()
+            if self.owns_runner:
+                self.runner.close()
             shutil.rmtree(self.root, ignore_errors=True)
 
 

@@ -90,18 +90,6 @@ class PodHarness(Harness):
             self.runner.close()
             self.runner = runner
 
-    def close(self) -> None:
-        if self.owns_runner:
-            return super().close()
-        try:
-            if self.client is not None:
-                self.run(self.client.close())
-            if self.launcher is not None:
-                self.launcher.kill()
-            self.run(self.recorder.stop())
-        finally:
-            shutil.rmtree(self.root, ignore_errors=True)
-
     async def start(self, *, wait_ready: bool = True) -> Harness:
         if self.with_notify:
             await self.recorder.start()
