@@ -13,7 +13,6 @@ import os
 import resource
 
 CAP_IPC_LOCK = 14  # include/uapi/linux/capability.h
-CAP_SYS_NICE = 23
 
 
 def comm(pid: int) -> str | None:

@@ -45,11 +45,6 @@ def is_secondary_multus(network: Network) -> bool:
     return network.multus is not None and not network.multus.default
 
 
-def is_primary(network: Network) -> bool:
-    """The pod network, or a Multus network marked `default: true` (both live on `eth0`)."""
-    return network.pod is not None or (network.multus is not None and network.multus.default)
-
-
 def hashed_pod_interface(network_name: str) -> str:
     """`pod` + the first 11 hex digits of sha256(network name) (`GenerateHashedInterfaceName`)."""
     return HASHED_PREFIX + hashlib.sha256(network_name.encode()).hexdigest()[:_HASHED_LEN]

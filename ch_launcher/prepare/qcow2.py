@@ -52,12 +52,6 @@ class ImageInfo:
     backing_file: str = ""
 
 
-def image_size(path: str) -> int:
-    """Size in bytes of a regular file or a block device."""
-    with open(path, "rb") as f:
-        return f.seek(0, os.SEEK_END)
-
-
 def inspect_image(path: str, fmt: str = "") -> ImageInfo:
     """Format and virtual size of `path`. With `fmt` given ("raw" or "qcow2") that format is
     assumed, as KubeVirt does for PVC-backed overlays; otherwise it is detected.
