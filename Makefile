@@ -11,11 +11,17 @@ STAMP := $(VENV)/.installed-stamp
 # interpreter copy the file capability the launcher image has, tests/functional/pod_sandbox.py),
 # swtpm (the launcher runs it for VMIs with a TPM), curl and openssl (../shared/k8s/up.sh makes the
 # control plane's certificates and waits for etcd with them; tests/apiserver scrapes /metrics).
-TEST_TOOLS := busybox:busybox qemu-img:qemu-utils ip:iproute2 as:binutils setcap:libcap2-bin swtpm:swtpm curl:curl openssl:openssl
+# The real node of tests/cluster (../shared/k8s/node-up.sh): containerd and runc, the CNI plugins
+# (containernetworking-plugins, found by path), iptables (kube-proxy), nftables (virt-handler's
+# masquerade rules), xz-utils (../shared keeps its binaries xz-compressed); the images it runs are
+# built with podman (`make images`) on a base image made with mmdebstrap.
+TEST_TOOLS := busybox:busybox qemu-img:qemu-utils ip:iproute2 as:binutils setcap:libcap2-bin swtpm:swtpm curl:curl openssl:openssl \
+	containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins iptables:iptables nft:nftables \
+	xz:xz-utils podman:podman mmdebstrap:mmdebstrap
 # ... and the benchmarks: wrk (bench/admission.py's load generator).
 BENCH_TOOLS := wrk:wrk
 
-.PHONY: all demo test venv system-deps lint bench proto clean
+.PHONY: all demo test venv system-deps lint bench proto clean images
 
 all: test
 
@@ -50,6 +56,34 @@ test: $(STAMP) system-deps
 bench: $(STAMP)
 	$(MAKE) --no-print-directory system-deps TOOLS="$(BENCH_TOOLS)"
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
+
+# The launcher and admission images of Containerfile, built with podman, tagged as addon_manifests/
+# refers to them (the tags of the Containerfile's header) and written as OCI archives to IMAGES_DIR.
+# Without the internet: PYTHON_IMAGE=<a local image with python3 and its venv module> and
+# VMM_ASSETS=<a directory holding cloud-hypervisor, hypervisor-fw and CLOUDHV.fd>, copied in instead
+# of downloaded. BUILD_CA: the CA bundle pip trusts in the build (default: the machine's own, for
+# TLS-intercepting proxies; empty: pip's own). PODMAN: e.g. `podman --root DIR` for a storage of its own.
+PODMAN ?= podman
+IMAGES_DIR ?= build/images
+PYTHON_IMAGE ?=
+VMM_ASSETS ?=
+BUILD_CA ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
+# the tag of a Containerfile target, from the build commands in its header
+image_tag = $(shell sed -n 's/.*--target $(1) *-t \([^ ]*\) .*/\1/p' Containerfile)
+comma := ,
+IMAGE_BUILD_ARGS = $(if $(PYTHON_IMAGE),--build-arg PYTHON_IMAGE=$(PYTHON_IMAGE)) \
+	$(if $(VMM_ASSETS),--build-context vmm-assets=$(abspath $(VMM_ASSETS))) \
+	$(if $(BUILD_CA),--secret id=build-ca$(comma)src=$(abspath $(BUILD_CA)))
+
+images:
+	@command -v $(firstword $(PODMAN)) >/dev/null || { echo "make images needs podman (Debian package podman)" >&2; exit 2; }
+	mkdir -p $(IMAGES_DIR)
+	$(PODMAN) build --target launcher -t $(call image_tag,launcher) $(IMAGE_BUILD_ARGS) -f Containerfile .
+	rm -f $(IMAGES_DIR)/ch-launcher.oci.tar
+	$(PODMAN) save --format oci-archive -o $(IMAGES_DIR)/ch-launcher.oci.tar $(call image_tag,launcher)
+	$(PODMAN) build --target admission -t $(call image_tag,admission) $(IMAGE_BUILD_ARGS) -f Containerfile .
+	rm -f $(IMAGES_DIR)/ch-admission.oci.tar
+	$(PODMAN) save --format oci-archive -o $(IMAGES_DIR)/ch-admission.oci.tar $(call image_tag,admission)
 
 proto: $(STAMP)
 	$(PY) ch_launcher/_proto/regenerate.py

@@ -114,41 +114,64 @@ def test_images_are_tagged_with_the_package_version():
         assert image.endswith(f":v{VERSION}"), image
 
 
-DOWNLOADS = [  # (version ARG, sha256 ARG, URL fragment, where it lands in the image)
+DOWNLOADS = [  # (version ARG, sha256 ARG, URL fragment, the file in the vmm-assets stage, where it lands in the image)
     ("CLOUD_HYPERVISOR_VERSION", "CLOUD_HYPERVISOR_SHA256",
      "cloud-hypervisor/cloud-hypervisor/releases/download/${CLOUD_HYPERVISOR_VERSION}/cloud-hypervisor-static",
-     "/usr/bin/cloud-hypervisor"),
+     "cloud-hypervisor", "/usr/bin/cloud-hypervisor"),
     ("HYPERVISOR_FW_VERSION", "HYPERVISOR_FW_SHA256",
      "cloud-hypervisor/rust-hypervisor-firmware/releases/download/${HYPERVISOR_FW_VERSION}/hypervisor-fw",
-     "/usr/share/cloud-hypervisor/hypervisor-fw"),
+     "hypervisor-fw", "/usr/share/cloud-hypervisor/hypervisor-fw"),
     ("EDK2_VERSION", "EDK2_SHA256",
      "cloud-hypervisor/edk2/releases/download/${EDK2_VERSION}/CLOUDHV.fd",
-     "/usr/share/cloud-hypervisor/CLOUDHV.fd"),
+     "CLOUDHV.fd", "/usr/share/cloud-hypervisor/CLOUDHV.fd"),
 ]
 
 
-@pytest.mark.parametrize("version_arg,sha_arg,url,dest", DOWNLOADS)
-def test_every_download_is_pinned_by_version_and_checked_by_sha256(version_arg, sha_arg, url, dest):
+@pytest.mark.parametrize("version_arg,sha_arg,url,name,dest", DOWNLOADS)
+def test_every_download_is_pinned_by_version_and_checked_by_sha256(version_arg, sha_arg, url, name, dest):
     (stage,) = [s for s in CONTAINERFILE.stages.values() if version_arg in s.args]
     assert stage.args[version_arg], f"{version_arg} has no default"
     assert re.fullmatch(r"[0-9a-f]{64}", stage.args[sha_arg]), f"{sha_arg} is not a sha256"
     run = stage.run_text()
-    # fetch DEST URL SHA: each download names its destination, its URL and its checksum together
-    m = re.search(r"fetch\s+/out" + re.escape(dest) + r"\s+\"https://github\.com/([^\"]+)\"\s+\"\$\{(\w+)\}\"", run)
-    assert m, f"no fetch of {dest}"
+    # fetch FILE URL SHA: each download names its file, its URL and its checksum together
+    m = re.search(r"fetch\s+/out/" + re.escape(name) + r"\s+\"https://github\.com/([^\"]+)\"\s+\"\$\{(\w+)\}\"", run)
+    assert m, f"no fetch of {name}"
     assert m.group(1) == url and m.group(2) == sha_arg
     assert "sha256sum --check" in run
+
+
+def launcher_vmm_files() -> dict[str, str]:
+    """What the launcher stage copies from `vmm-assets`: file -> its path in the image."""
+    out = {}
+    for rest in CONTAINERFILE.stage("launcher").all("COPY"):
+        sources, dest, from_stage = copy_sources(rest)
+        if from_stage == "vmm-assets":
+            for src in sources:
+                out[src] = f"{dest.rstrip('/')}/{src}" if dest.endswith("/") else dest
+    return out
 
 
 def test_the_vmm_and_firmware_land_where_the_launcher_looks_for_them():
     """virt-controller never passes --ch-binary or --firmware-dir: the launcher's defaults must be
     where the image puts cloud-hypervisor and its firmware."""
     settings = launcher_cli.parse_args(["--name", "x", "--uid", "u", "--namespace", "default"], environ={})
-    dests = {d for *_rest, d in DOWNLOADS}
+    assert launcher_vmm_files() == {name: dest for *_rest, name, dest in DOWNLOADS}
+    dests = set(launcher_vmm_files().values())
     assert settings.ch_binary in dests
     assert {f"{settings.firmware_dir}/{name}" for name in FIRMWARE_FILES} <= dests
-    launcher = CONTAINERFILE.stage("launcher")
-    assert any(copy_sources(rest) == (["/out/"], "/", "vmm-assets") for rest in launcher.all("COPY"))
+    modes = {copy_sources(rest)[0][0]: re.search(r"--chmod=(\d+)", rest).group(1)
+             for rest in CONTAINERFILE.stage("launcher").all("COPY") if "--from=vmm-assets" in rest}
+    assert modes == {"cloud-hypervisor": "0755", "hypervisor-fw": "0644"}
+
+
+def test_the_vmm_assets_stage_holds_only_the_downloaded_files():
+    """`make images VMM_ASSETS=DIR` gives podman `--build-context vmm-assets=DIR`, which stands in for
+    the stage of that name: the stage must hold what such a directory holds, the three files at its
+    root and nothing else (a scratch stage of the download stage's /out/)."""
+    stage = CONTAINERFILE.stage("vmm-assets")
+    assert stage.base == "scratch"
+    assert [copy_sources(rest) for rest in stage.all("COPY")] == [(["/out/"], "/", "vmm-download")]
+    assert {ins for ins, _ in stage.instructions} == {"COPY"}
 
 
 def test_the_launcher_image_installs_exactly_the_programs_the_launcher_runs():
@@ -168,7 +191,7 @@ def test_the_launcher_image_installs_exactly_the_programs_the_launcher_runs():
 
 
 def test_the_packages_match_what_the_tests_install():
-    makefile = (REPO / "Makefile").read_text()
+    makefile = (REPO / "Makefile").read_text().replace("\\\n", " ")
     pairs = dict(p.split(":") for p in re.search(r"TEST_TOOLS\s*:=\s*(.*)", makefile).group(1).split())
     assert pairs, "the Makefile's TEST_TOOLS lists no Debian packages"
     for tool, package in pairs.items():
@@ -228,3 +251,30 @@ def test_the_footprint_benchmark_runs_the_launcher_in_the_images_environment():
             for word in rest.split():
                 key, value = word.split("=", 1)
                 assert env[key] == value
+
+
+def test_make_images_builds_both_targets_with_their_tags_and_writes_oci_archives(tmp_path):
+    """`make images` (dry run): each target built with the tag of the Containerfile's header, the
+    offline inputs passed as the Containerfile expects them, each image saved as an OCI archive."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    ca = tmp_path / "ca.crt"
+    ca.write_text("")
+    out = subprocess.run(["make", "--no-print-directory", "-n", "-C", str(REPO), "images", "PODMAN=podman",
+                          "PYTHON_IMAGE=localhost/base:1", f"VMM_ASSETS={tmp_path}", f"BUILD_CA={ca}",
+                          f"IMAGES_DIR={tmp_path}/out"], capture_output=True, text=True, check=True).stdout
+    builds = re.findall(r"^podman build --target (\S+) -t (\S+) (.*) -f Containerfile \.$", out, re.MULTILINE)
+    assert [(target, tag) for target, tag, _ in builds] == sorted(built_images().items(), reverse=True)
+    for _target, _tag, args in builds:
+        assert args.split() == ["--build-arg", "PYTHON_IMAGE=localhost/base:1", "--build-context",
+                                f"vmm-assets={tmp_path}", "--secret", f"id=build-ca,src={ca}"]
+    saves = re.findall(r"^podman save --format oci-archive -o (\S+) (\S+)$", out, re.MULTILINE)
+    assert saves == [(f"{tmp_path}/out/{image.split('/')[-1].split(':')[0]}.oci.tar", image)
+                     for image in sorted(built_images().values(), reverse=True)]
+    # the secret is what the venv stages mount for pip, and nothing else does
+    for stage in CONTAINERFILE.stages.values():
+        mounts = re.findall(r"--mount=type=secret,id=build-ca,target=(\S+)", stage.run_text())
+        assert mounts == (["/run/secrets/build-ca.crt"] if stage.name.endswith("-venv") else []), stage.name
