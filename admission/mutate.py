@@ -10,6 +10,12 @@ VMI (I/O in `kube.py`) and `mutate_pod()` returns a JSONPatch that
 - replaces KubeVirt's overhead by ours in the memory request and limit and in the
   `kubevirt.io/memory-overhead-bytes` annotation (what KubeVirt added is read from that
   annotation; without it, estimated with KubeVirt's formula, erring small);
+- drops virt-controller's `devices.kubevirt.io/vhost-net` request and limit from `compute` (it
+  asks for one for QEMU's vhost backend of every virtio NIC; Cloud Hypervisor's virtio-net runs
+  in the VMM and never opens `/dev/vhost-net`), so the pod also schedules on nodes without it,
+  and mounts an empty directory at `/dev/vhost-net` in its place: virt-handler claims that path
+  for uid 107 before the first Sync of a non-root VMI with a virtio NIC and fails the VMI
+  ("Critical network error: failed to set up vhost-net device") where nothing is there;
 - records what changed in `kubevirt-ch.io/launcher-mutation` (JSON);
 - drops the VMI's `kubevirt-ch.io/launcher-image` (`launcher_status.py`), which virt-controller
   copies to the pods it renders with the VMI's other annotations: it names the image of the VMI's
@@ -51,6 +57,9 @@ OVERHEAD_ANNOTATION = "kubevirt.io/memory-overhead-bytes"
 RECORD_ANNOTATION = "kubevirt-ch.io/launcher-mutation"
 IMAGE_ANNOTATION = "kubevirt-ch.io/launcher-image"  # launcher_status.IMAGE_ANNOTATION, on the VMI
 COMPUTE = "compute"
+VHOST_NET = "devices.kubevirt.io/vhost-net"  # virt-controller's services.VhostNetDevice
+VHOST_NET_PATH = "/dev/vhost-net"  # what virt-handler's prepareNetwork chowns to 107
+VHOST_NET_VOLUME = "kubevirt-ch-vhost-net"  # the empty directory standing at VHOST_NET_PATH
 RUNTIME_PROCESSES_FLAG = "--kubevirt-runtime-processes"  # ch_launcher/cli.py
 # What virt-controller renders as the compute command's first word (template.go@d923fdb815cd).
 STOCK_COMMANDS = ("virt-launcher-monitor", "virt-launcher")
@@ -172,9 +181,9 @@ def mutate_pod(request: AdmissionRequest, config: Config, needs: NeedsVMI, vmi: 
     try:
         ops, record = _launcher_ops(index, container, config, runtime_processes=runtime_processes_needed(model))
         memory_ops, memory_record, overhead = _memory_ops(index, container, pod, model, config, kubevirt)
+        ops += memory_ops + _device_ops(index, container, pod, record)
     except _Refuse as e:
         return Outcome(deny(uid, f"the launcher pod of {where}: {e}"), "denied")
-    ops += memory_ops
     record.update(memory_record)
     ops.append({"op": "replace" if OVERHEAD_ANNOTATION in annotations(pod) else "add",
                 "path": pointer("metadata", "annotations", OVERHEAD_ANNOTATION), "value": str(overhead)})
@@ -252,6 +261,37 @@ def _memory_ops(index: int, c: dict[str, Any], pod: dict[str, Any], vmi: Any, co
                     "value": format_bytes(new)})
         record[f"{kind}.memory"] = {"from": str(values["memory"]), "to": format_bytes(new)}
     return ops, record, ours
+
+
+def _device_ops(index: int, c: dict[str, Any], pod: dict[str, Any], record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Replace the vhost-net device of `compute` by an empty directory at its path (noted in
+    `record`: `removedResources`, `placeholders`). Refuses a pod that already has a volume of
+    the placeholder's name or a mount at that path (no guessing whose it is)."""
+    resources = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+    kinds = [kind for kind in ("requests", "limits")
+             if isinstance(resources.get(kind), dict) and VHOST_NET in resources[kind]]
+    if not kinds:
+        return []
+    volumes = get(pod, "spec", "volumes")
+    volumes = volumes if isinstance(volumes, list) else None
+    mounts = c.get("volumeMounts")
+    mounts = mounts if isinstance(mounts, list) else None
+    if any(isinstance(v, dict) and v.get("name") == VHOST_NET_VOLUME for v in volumes or []):
+        raise _Refuse(f"it already has a volume named {VHOST_NET_VOLUME!r}")
+    if any(isinstance(m, dict) and m.get("mountPath") == VHOST_NET_PATH for m in mounts or []):
+        raise _Refuse(f"'{COMPUTE}' already mounts something at {VHOST_NET_PATH}")
+    ops = [{"op": "remove", "path": pointer("spec", "containers", index, "resources", kind, VHOST_NET)}
+           for kind in kinds]
+    volume = {"name": VHOST_NET_VOLUME, "emptyDir": {"sizeLimit": "1Ki"}}
+    mount = {"name": VHOST_NET_VOLUME, "mountPath": VHOST_NET_PATH}
+    ops.append({"op": "add", "path": pointer("spec", "volumes", "-"), "value": volume} if volumes is not None
+               else {"op": "add", "path": pointer("spec", "volumes"), "value": [volume]})
+    ops.append({"op": "add", "path": pointer("spec", "containers", index, "volumeMounts", "-"), "value": mount}
+               if mounts is not None
+               else {"op": "add", "path": pointer("spec", "containers", index, "volumeMounts"), "value": [mount]})
+    record["removedResources"] = [VHOST_NET]
+    record["placeholders"] = [VHOST_NET_PATH]
+    return ops
 
 
 def _kubevirt_added(pod: dict[str, Any], vmi: Any, arch: str, kubevirt: KubeVirtStatus | None) -> tuple[int, str]:

@@ -115,11 +115,15 @@ def review(obj: Any, operation: str = "CREATE", old: Any = None, kind: str | Non
 
 
 def launcher_pod(vmi_obj: dict[str, Any], overhead: int | None = 290 * 2**20, memory: str = "128Mi",
-                 limit: bool = False, migration: bool = False, hugepages: bool = False) -> dict[str, Any]:
+                 limit: bool = False, migration: bool = False, hugepages: bool = False,
+                 nic: bool = True) -> dict[str, Any]:
     """A launcher pod as virt-controller renders it for `vmi_obj` (template.go@v1.9.0, abridged; main
     moves the monitor's flags from `command` to `args`):
     the compute container's memory is the guest's plus `overhead` (request, and limit if any), and
-    `overhead` is in `kubevirt.io/memory-overhead-bytes` (None: no annotation, as with old KubeVirt)."""
+    `overhead` is in `kubevirt.io/memory-overhead-bytes` (None: no annotation, as with old KubeVirt).
+    With `nic` (a virtio interface, as the default pod network gives every VMI that does not set
+    `autoattachPodInterface: false`) the devices `tun` and `vhost-net` are requested and limited
+    beside `kvm`, as the real virt-controller renders them (tests/cluster shows it on a node)."""
     from ch_launcher.kubevirt.quantity import quantity_bytes
     meta = vmi_obj["metadata"]
     guest = quantity_bytes(memory)
@@ -128,6 +132,9 @@ def launcher_pod(vmi_obj: dict[str, Any], overhead: int | None = 290 * 2**20, me
     resources: dict[str, Any] = {"requests": {"memory": str(request), "cpu": "100m",
                                               "devices.kubevirt.io/kvm": "1", "ephemeral-storage": "50M"},
                                  "limits": {"devices.kubevirt.io/kvm": "1"}}
+    if nic:
+        for kind in ("requests", "limits"):
+            resources[kind].update({"devices.kubevirt.io/tun": "1", "devices.kubevirt.io/vhost-net": "1"})
     if limit:
         resources["limits"]["memory"] = str(request)
     if hugepages:
