@@ -34,12 +34,18 @@ and how it is reproduced here (facts from `kubevirt/kubevirt @d923fdb815cd`):
   whose peer, in a second namespace, carries the guest's MAC, for busybox `udhcpc`.
 - **Devices.** The device plugins (`pkg/virt-handler/device-manager/device_controller.go`:
   `PermanentHostDevicePlugins`) hand the host's `/dev/kvm` and `/dev/net/tun` to the container
-  unchanged; `/dev/net/tun` is 0666 on every distribution and virt-handler's node labeller makes
-  `/dev/kvm` o+rw (`cmd/virt-launcher/node-labeller/node-labeller.sh`). Reproduced without
+  with the host's owner and mode; `/dev/net/tun` is 0666 on most distributions and virt-handler's
+  node labeller makes `/dev/kvm` o+rw (`cmd/virt-launcher/node-labeller/node-labeller.sh`).
+  Before the first Sync of a non-root VMI virt-handler chowns them to 107 in the compute container
+  (`nonRootSetup`: `/dev/kvm`, `/dev/net/tun`, and `/dev/vhost-net` for a virtio NIC, where the pod
+  mutator puts an empty directory), so on a node whose nodes are 0600 (the test node of
+  tests/cluster) the launcher starts before its VMM may open `/dev/kvm`. Reproduced without
   touching the host's nodes: the launcher's mount namespace (the one `ip netns exec` creates)
   gets a container's `/dev` (a tmpfs with null, zero, full, random, urandom, tty, pts, shm),
-  nodes of the same numbers as the host's kvm and net/tun with mode 0666, and the pod's block
-  PVCs at `/dev/<volume>` (loop devices, owned by 107: `block_device`).
+  nodes of the same numbers as the host's kvm and net/tun (mode 0666, or `kvm_mode` and
+  `tun_mode`, owned by root; `vhost_net_placeholder`: the mutator's directory), the pod's block
+  PVCs at `/dev/<volume>` (loop devices, owned by 107: `block_device`); `claim_devices(pid)` does
+  virt-handler's chown in the mount namespace of a running process of the pod.
 - **Files.** `/etc/resolv.conf` is the pod's (kubelet's, bind-mounted). The pod's directories
   (share dir, private dir, disks) are the pod's, owned by 107 (`own`). Paths of this machine
   the launcher needs but 107 cannot reach (an interpreter under a 0700 home directory) are made
@@ -143,9 +149,14 @@ class PodSandbox:
     """
 
     def __init__(self, *, uid: int = POD_UID, umask: int = 0o022, resolv_conf: str = POD_RESOLV_CONF,
-                 file_capability: bool = True, kvm_mode: int = 0o666) -> None:
+                 file_capability: bool = True, kvm_mode: int = 0o666, tun_mode: int = 0o666,
+                 vhost_net_placeholder: bool = False) -> None:
         self.uid = uid
-        self.kvm_mode = kvm_mode  # 0o600: a pod the kvm device plugin was not allocated to
+        # 0o600: a node whose nodes are root's alone (until virt-handler's claim_devices), or a
+        # pod the kvm device plugin was not allocated to (no claim ever comes)
+        self.kvm_mode = kvm_mode
+        self.tun_mode = tun_mode
+        self.vhost_net_placeholder = vhost_net_placeholder  # the pod mutator's directory at /dev/vhost-net
         self.file_capability = file_capability  # False: an image whose interpreter lacks setcap
         self.resolv_conf = resolv_conf
         self.umask = umask
@@ -313,10 +324,12 @@ class PodSandbox:
         for path in DEVICES:
             with contextlib.suppress(FileNotFoundError):
                 rdev = os.stat(path).st_rdev
-                mode = self.kvm_mode if path == "/dev/kvm" else 0o666
+                mode = self.kvm_mode if path == "/dev/kvm" else self.tun_mode
                 nodes.append((path.removeprefix("/dev/"), (os.major(rdev), os.minor(rdev)), mode, 0))
         for name, (major, minor), mode, _ in nodes:
             lines.append(f"mknod -m {mode:o} /dev/{name} c {major} {minor}")
+        if self.vhost_net_placeholder:
+            lines.append("mkdir -m 2777 /dev/vhost-net")  # an emptyDir (fsGroup 107's setgid bit)
         for name, rdev in self._block_devices.items():
             lines.append(f"mknod -m 660 {q('/dev/' + name)} b {os.major(rdev)} {os.minor(rdev)}")
             lines.append(f"chown {self.uid}:{self.uid} {q('/dev/' + name)}")
@@ -413,6 +426,13 @@ class PodSandbox:
 
     def python_command(self, args: Sequence[str]) -> list[str]:
         return self.command([self.python, *args])
+
+    def claim_devices(self, pid: int) -> None:
+        """What virt-handler's nonRootSetup does before a non-root VMI's first Sync: chown the
+        compute container's /dev/kvm, /dev/net/tun and (with a NIC) /dev/vhost-net to the pod's
+        user, in the mount namespace of `pid` (a process of the pod)."""
+        paths = ["/dev/kvm", "/dev/net/tun"] + (["/dev/vhost-net"] if self.vhost_net_placeholder else [])
+        run("nsenter", "-t", str(pid), "-m", "chown", f"{self.uid}:{self.uid}", *paths)
 
     def exec_as_root(self, *argv: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
         """Run a command as root in the pod's network namespace (virt-handler's side)."""
