@@ -56,7 +56,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -216,8 +216,9 @@ class Cluster:
     # --- set-up ---------------------------------------------------------------------------
 
     def start_control_plane(self, workload_update_methods: Sequence[str] = ("LiveMigrate",),
-                            kubevirt_version: str = KUBEVIRT_VERSION) -> Cluster:
-        """Steps 1-3 of the module docstring."""
+                            kubevirt_version: str = KUBEVIRT_VERSION,
+                            kubevirt_spec: Mapping[str, Any] | None = None) -> Cluster:
+        """Steps 1-3 of the module docstring. `kubevirt_spec`: more of the KubeVirt CR's spec."""
         global _swept
         if not _swept:
             sweep_stale_clusters()
@@ -232,7 +233,7 @@ class Cluster:
         self.ok("apply", "--server-side", "-f", str(SHARED_K8S / "kubevirt-crds.yaml"))
         self.ok("wait", "--for=condition=Established", "crd", "--all", "--timeout=120s")
         kubevirt = {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
-                    "metadata": {"name": "kubevirt", "namespace": "kubevirt"}, "spec": {}}
+                    "metadata": {"name": "kubevirt", "namespace": "kubevirt"}, "spec": dict(kubevirt_spec or {})}
         if workload_update_methods:
             kubevirt["spec"]["workloadUpdateStrategy"] = {"workloadUpdateMethods": list(workload_update_methods)}
         self.ok("create", "namespace", "kubevirt")

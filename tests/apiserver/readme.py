@@ -9,7 +9,11 @@ that drifts from kubectl's real output fails the test that produced that output.
 
 from __future__ import annotations
 
+import copy
 import re
+from typing import Any
+
+import yaml
 
 from tests.apiserver.cluster import REPO
 
@@ -56,3 +60,26 @@ def row_showing(printed: str) -> str:
         if any(_pattern(span).fullmatch(line) for span in spans if not _PLACEHOLDER.fullmatch(span)):
             return symptom
     raise AssertionError(f"no row of README.md's Troubleshooting shows what kubectl printed:\n{line}")
+
+
+def _use_section() -> str:
+    text = (REPO / "README.md").read_text()
+    return text[text.index("## Use (annotate a VMI)"):]
+
+
+def use_vm() -> dict[str, Any]:
+    """README "Use": its VirtualMachine, as the YAML block shows it."""
+    found: dict[str, Any] = yaml.safe_load(_use_section().split("```yaml\n", 1)[1].split("```", 1)[0])
+    return found
+
+
+def use_refused() -> tuple[dict[str, Any], list[str]]:
+    """README "Use": its VM changed as the text says (display left on, a CD-ROM as third disk),
+    and the lines it shows `kubectl apply -f fedora-ch.yaml` printing for it."""
+    obj = copy.deepcopy(use_vm())
+    template = obj["spec"]["template"]["spec"]
+    del template["domain"]["devices"]["autoattachGraphicsDevice"]
+    template["domain"]["devices"]["disks"].append({"name": "installer", "cdrom": {"bus": "sata"}})
+    template["volumes"].append({"name": "installer", "containerDisk": {"image": "example.org/installer:latest"}})
+    shown = _use_section().split("$ kubectl apply -f fedora-ch.yaml\n", 1)[1].split("```", 1)[0].splitlines()
+    return obj, shown

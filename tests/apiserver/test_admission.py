@@ -11,11 +11,10 @@ import re
 from typing import Any
 
 import pytest
-import yaml
 
 from admission.mutate import RECORD_ANNOTATION
-from tests.apiserver.cluster import REPO, Run
-from tests.apiserver.readme import row_showing
+from tests.apiserver.cluster import Run
+from tests.apiserver.readme import row_showing, use_refused
 
 
 CH = {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"}
@@ -346,13 +345,6 @@ def test_the_launcher_pod_of_a_vmi_on_qemu_is_left_alone(cluster):
 
 def test_the_readmes_example_output_is_what_kubectl_prints(cluster):
     """README "Use": its VM, changed as the text says, gives exactly the output shown there."""
-    text = (REPO / "README.md").read_text()
-    use = text[text.index("## Use (annotate a VMI)"):]
-    obj = yaml.safe_load(use.split("```yaml\n", 1)[1].split("```", 1)[0])
-    template = obj["spec"]["template"]["spec"]
-    del template["domain"]["devices"]["autoattachGraphicsDevice"]
-    template["domain"]["devices"]["disks"].append({"name": "installer", "cdrom": {"bus": "sata"}})
-    template["volumes"].append({"name": "installer", "containerDisk": {"image": "example.org/installer:latest"}})
-    shown = use.split("$ kubectl apply -f fedora-ch.yaml\n", 1)[1].split("```", 1)[0].splitlines()
+    obj, shown = use_refused()
     r = cluster.kubectl("apply", "-f", "-", input=cluster.yaml(obj))
     assert (r.rc, r.lines) == (1, shown)
