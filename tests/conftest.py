@@ -25,7 +25,7 @@ def require_shared(path: pathlib.Path) -> pathlib.Path:
 # real API server) carry one of these markers. They skip, with the reason, where that component
 # cannot run; but with ../shared beside the checkout (CI) such a skip is a failure, so that these
 # tests cannot silently stop running.
-MUST_RUN_WITH_SHARED = ("real_vmm", "probe", "apiserver")
+MUST_RUN_WITH_SHARED = ("real_vmm", "probe", "apiserver", "cluster")
 
 
 @pytest.hookimpl(hookwrapper=True)

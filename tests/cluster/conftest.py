@@ -1,0 +1,47 @@
+"""Fixtures of the cluster suite (how to use them: tests/cluster/node.py). Every test in this
+directory is marked `cluster` and gets 900 s: the first test that asks for the cluster pays for
+building the images (about 4 minutes from a clean checkout, seconds once podman's layers and the
+base root filesystem are in build/) and starting the cluster (about a minute), which overlap."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import pathlib
+from collections.abc import Iterator
+
+import pytest
+
+from tests.cluster.images import Builder, missing
+from tests.cluster.node import NodeCluster, unavailable
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in pathlib.Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.cluster)
+            item.add_marker(pytest.mark.timeout(900))
+
+
+@pytest.fixture(scope="session")
+def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
+    """One cluster for the whole run: control plane, node, images loaded, the add-on installed as
+    the README says. Tests add their own VMIs and leave the add-on installed."""
+    reason = unavailable() or missing()
+    if reason:
+        pytest.skip(reason)
+    cluster = NodeCluster(tmp_path_factory.mktemp("cluster"))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        built = pool.submit(Builder().build)  # the images build while the cluster starts
+        try:
+            cluster.start_node()
+            cluster.load_images(built.result())
+            cluster.install()
+        except BaseException:
+            cluster.close()
+            raise
+    try:
+        yield cluster
+    finally:
+        cluster.close()

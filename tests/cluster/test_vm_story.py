@@ -1,0 +1,207 @@
+"""The README's "Use" on a real node: its VirtualMachine (a containerDisk, cloud-init NoCloud, a
+masquerade interface on the pod network, runStrategy Always), with the one change a machine
+without a registry needs (the containerDisk is the local image of `images.py`), lived through as
+a user does: `kubectl apply`, `kubectl get vmi`, `virtctl console`, `pause`/`unpause`,
+`soft-reboot`, `restart` and `stop`. Every assertion is on what kubectl or virtctl print, or on
+what an administrator of the node would look at (the pod's cgroup, the pod's network namespace).
+
+The tests run in file order on one VM: `stop` comes last."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from admission.mutate import RECORD_ANNOTATION
+from ch_launcher.kubevirt.quantity import quantity_bytes
+from tests.apiserver.cluster import REPO
+from tests.apiserver.readme import use_vm
+from tests.cluster.images import DISK_IMAGE, LAUNCHER_IMAGE
+from tests.cluster.node import NodeCluster, archive_reference
+
+NAME = "fedora-ch"
+README_DISK = "quay.io/containerdisks/fedora:latest"
+MiB = 1 << 20
+# README "Admission and the memory overhead": the launcher's and the VMM's terms are their measured
+# memory plus 26 % and 24 %: the pod's real use must leave at least that much room in the overhead.
+HEADROOM = 1.24
+
+
+def readme_check() -> list[str]:
+    """README "Use": the kubectl command that shows which launcher a VMI runs, as arguments."""
+    text = (REPO / "README.md").read_text()
+    use = text[text.index("## Use (annotate a VMI)"):]
+    (command,) = re.findall(r"To see that a VMI runs on Cloud Hypervisor:\s+`kubectl ([^`]+)`", use)
+    return shlex.split(command)
+
+
+def table(run_out: str) -> list[dict[str, str]]:
+    """`kubectl get` output as rows keyed by the header's columns."""
+    header, *rows = run_out.splitlines()
+    keys = header.split()
+    return [dict(zip(keys, row.split(), strict=False)) for row in rows]
+
+
+def conditions(vmi: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c.get("reason", "")) for c in vmi["status"].get("conditions", [])}
+
+
+@pytest.fixture(scope="module")
+def readme_vm(node_cluster: NodeCluster) -> Iterator[dict[str, Any]]:
+    vm = use_vm()
+    volumes = vm["spec"]["template"]["spec"]["volumes"]
+    (disk,) = [v for v in volumes if "containerDisk" in v]
+    assert disk["containerDisk"]["image"] == README_DISK
+    disk["containerDisk"]["image"] = DISK_IMAGE
+    applied = node_cluster.kubectl("apply", "-f", "-", input=node_cluster.yaml(vm))
+    assert (applied.rc, applied.lines) == (0, [f"virtualmachine.kubevirt.io/{NAME} created"])
+    yield vm
+    node_cluster.kubectl("delete", "vm", NAME, "--ignore-not-found", "--wait=false")
+
+
+def test_the_readmes_vm_runs_on_cloud_hypervisor_in_a_pod_of_the_built_image(node_cluster: NodeCluster,
+                                                                            readme_vm: dict[str, Any]):
+    vmi = node_cluster.wait_for_vmi(NAME, ready=True)
+    pod = node_cluster.launcher_pod(vmi)
+    (row,) = table(node_cluster.ok("get", "vmi", NAME))
+    assert (row["NAME"], row["PHASE"], row["IP"], row["NODENAME"], row["READY"]) == (
+        NAME, "Running", pod["status"]["podIP"], "node01", "True")
+    # KubeVirt's own conditions: Ready, and LiveMigratable as KubeVirt computes it for these volumes
+    found = conditions(vmi)
+    assert found["Ready"][0] == "True" and found["LiveMigratable"][0] == "True", found
+    assert "Paused" not in found
+
+    # the README's check prints the ch-launcher image; KubeVirt's status keeps KubeVirt's launcher
+    # image (the add-on's /mutate-vmi writes it, so that the workload updater leaves the VMI alone)
+    assert node_cluster.kubectl(*readme_check()).out == LAUNCHER_IMAGE
+    assert vmi["status"]["launcherContainerImageVersion"] == node_cluster.launcher_image()
+    assert "kubevirt.io/outdatedLauncherImage" not in vmi["metadata"].get("labels", {})
+    compute = next(c for c in pod["spec"]["containers"] if c["name"] == "compute")
+    status = next(s for s in pod["status"]["containerStatuses"] if s["name"] == "compute")
+    assert node_cluster.images is not None
+    assert (compute["image"], compute["command"][0]) == (LAUNCHER_IMAGE, "/usr/bin/ch-launcher")
+    assert status["imageID"] == archive_reference(node_cluster.images.launcher) and status["ready"]
+    assert "devices.kubevirt.io/vhost-net" not in compute["resources"]["requests"]
+    record = json.loads(pod["metadata"]["annotations"][RECORD_ANNOTATION])
+    assert record["removedResources"] == ["devices.kubevirt.io/vhost-net"]
+    # the other containers keep KubeVirt's image (virt-tail, container-disk)
+    others = {c["name"]: c["image"] for c in pod["spec"]["containers"] + pod["spec"]["initContainers"]
+              if c["name"] != "compute"}
+    assert others["guest-console-log"] == node_cluster.launcher_image()
+    assert others["container-disk-binary"] == node_cluster.launcher_image()
+
+
+def test_the_pod_interface_is_virt_handlers_tap_on_its_bridge_and_shows_in_the_status(node_cluster: NodeCluster):
+    """virt-handler built the pod's network (phase 1, virt-chroot): `k6t-eth0` and `tap0`, owned
+    by 107; the VMM opened that tap, and `status.interfaces` shows the pod interface as
+    virt-handler writes it from the Domain: the guest's MAC (the pod's, the VMI has none) and the
+    pod's address."""
+    vmi = node_cluster.wait_for_vmi(NAME, ready=True)
+    pod = node_cluster.launcher_pod(vmi)
+    pod_mac = node_cluster.ok("exec", pod["metadata"]["name"], "-c", "compute", "--",
+                              "cat", "/sys/class/net/eth0/address").strip()
+    ip = pod["status"]["podIP"]
+    assert vmi["status"]["interfaces"] == [{"infoSource": "domain", "ipAddress": ip, "ipAddresses": [ip],
+                                            "linkState": "up", "mac": pod_mac, "name": "default",
+                                            "podInterfaceName": "eth0", "queueCount": 1}]
+    processes = {pid: Path(f"/proc/{pid}/comm").read_text().strip()
+                 for pid in node_cluster.memory_cgroup(pod, "compute").joinpath("cgroup.procs").read_text().split()}
+    (vmm,) = [pid for pid, comm in processes.items() if comm == "cloud-hyperviso"]
+    links = json.loads(node_cluster.ip_in(vmm, "-d", "-j", "link", "show"))
+    by_name = {link["ifname"]: link for link in links}
+    tap = by_name["tap0"]
+    assert tap["master"] == "k6t-eth0" and by_name["k6t-eth0"]["address"] == "02:00:00:00:00:00"
+    owner = tap["linkinfo"]["info_data"]
+    assert {str(owner["user"]), str(owner["group"])} <= {"107", "qemu"}, owner
+    opened = [Path(f"/proc/{vmm}/fdinfo/{fd}").read_text() for fd in os.listdir(f"/proc/{vmm}/fd")]
+    assert any(re.search(r"^iff:\s+tap0$", info, re.MULTILINE) for info in opened), "the VMM has no fd on tap0"
+
+
+def test_virtctl_console_shows_the_guest_and_echoes_what_is_typed(node_cluster: NodeCluster):
+    vmi = node_cluster.wait_for_vmi(NAME, ready=True)
+    pod = node_cluster.launcher_pod(vmi)
+    with node_cluster.console(NAME) as console:
+        console.type(b"~h")
+        console.wait_for("KCH-GUEST-HELLO")
+        console.type(b"typed through virt-api")
+        console.wait_for("typed through virt-api")
+        # a soft reboot while connected: the power button, then the guest's ready line again
+        r = node_cluster.virtctl("soft-reboot", NAME)
+        assert (r.rc, r.lines[-1]) == (0, f"VMI {NAME} was scheduled to soft-reboot"), r.out
+        console.wait_for("KCH-GUEST-POWER-BUTTON")
+        console.wait_for("KCH-GUEST-READY")
+        console.type(b"~h")
+        console.wait_for("KCH-GUEST-HELLO", count=2)
+    assert node_cluster.wait_for_vmi(NAME, ready=True)["metadata"]["uid"] == vmi["metadata"]["uid"]
+    # the serial log virt-controller's guest-console-log container tails (KubeVirt's virt-tail)
+    log = node_cluster.ok("logs", pod["metadata"]["name"], "-c", "guest-console-log")
+    assert log.count("KCH-GUEST-READY") == 2, log
+
+
+def test_virtctl_pause_and_unpause(node_cluster: NodeCluster):
+    r = node_cluster.virtctl("pause", "vm", NAME)
+    assert (r.rc, r.lines) == (0, [f"VMI {NAME} was scheduled to pause"]), r.out
+    node_cluster.wait_for(lambda: conditions(node_cluster.json("get", "vmi", NAME)).get("Paused") ==
+                          ("True", "PausedByUser"), "the Paused condition")
+    (row,) = table(node_cluster.ok("get", "vmi", NAME, "-o", "wide"))
+    assert (row["PHASE"], row["READY"], row["PAUSED"]) == ("Running", "False", "True")
+    r = node_cluster.virtctl("unpause", "vm", NAME)
+    assert (r.rc, r.lines) == (0, [f"VMI {NAME} was scheduled to unpause"]), r.out
+    assert "Paused" not in conditions(node_cluster.wait_for_vmi(NAME, ready=True))
+    (row,) = table(node_cluster.ok("get", "vmi", NAME, "-o", "wide"))
+    assert (row["PHASE"], row["READY"], row.get("PAUSED")) == ("Running", "True", None)
+
+
+def test_the_pods_memory_stays_within_the_overhead_the_calculator_requested(node_cluster: NodeCluster,
+                                                                           readme_vm: dict[str, Any]):
+    """The compute container's cgroup (launcher, VMM, what the guest touched: the tiny guest
+    touches almost none of its 1 GiB) at its peak so far (boot, console, soft reboot, pause)
+    against the overhead the pod mutator put into the memory request."""
+    vmi = node_cluster.wait_for_vmi(NAME, ready=True)
+    pod = node_cluster.launcher_pod(vmi)
+    compute = next(c for c in pod["spec"]["containers"] if c["name"] == "compute")
+    overhead = int(pod["metadata"]["annotations"]["kubevirt.io/memory-overhead-bytes"])
+    guest = 1 << 30  # memory.guest: 1Gi in the README's VM
+    assert readme_vm["spec"]["template"]["spec"]["domain"]["memory"]["guest"] == "1Gi"
+    assert quantity_bytes(compute["resources"]["requests"]["memory"]) == guest + overhead
+    assert quantity_bytes(vmi["status"]["memory"]["memoryOverhead"]) == overhead
+    cgroup = node_cluster.memory_cgroup(pod, "compute")
+    now = int((cgroup / "memory.usage_in_bytes").read_text())
+    peak = int((cgroup / "memory.max_usage_in_bytes").read_text())
+    print(f"\ncompute cgroup memory: {now / MiB:.1f} MiB now, peak {peak / MiB:.1f} MiB; "
+          f"overhead requested {overhead / MiB:.1f} MiB (request {(guest + overhead) / MiB:.1f} MiB); "
+          f"headroom over the peak {overhead / peak - 1:.0%}")
+    assert peak * HEADROOM <= overhead, (peak, overhead)
+
+
+def test_virtctl_restart_runs_a_new_vmi(node_cluster: NodeCluster):
+    before = node_cluster.wait_for_vmi(NAME, ready=True)["metadata"]["uid"]
+    r = node_cluster.virtctl("restart", NAME)
+    assert (r.rc, r.lines) == (0, [f"VM {NAME} was scheduled to restart"]), r.out
+
+    def restarted() -> dict[str, Any] | None:
+        vmi = node_cluster.wait_for_vmi(NAME, ready=True, timeout=60)
+        return vmi if vmi["metadata"]["uid"] != before else None
+    vmi = node_cluster.wait_for(restarted, "a new VMI to run", timeout=90)
+    node_cluster.launcher_pod(vmi)  # one pod: the old one is gone
+    (row,) = table(node_cluster.ok("get", "vm", NAME))
+    assert (row["STATUS"], row["READY"]) == ("Running", "True")
+
+
+def test_virtctl_stop_stops_the_vm_and_its_pod_goes(node_cluster: NodeCluster):
+    vmi = node_cluster.wait_for_vmi(NAME, ready=True)
+    r = node_cluster.virtctl("stop", NAME)
+    assert (r.rc, r.lines) == (0, [f"VM {NAME} was scheduled to stop"]), r.out
+    node_cluster.wait_for(lambda: node_cluster.kubectl("get", "vmi", NAME).rc != 0, "the VMI to go", timeout=90)
+    node_cluster.wait_for(lambda: not node_cluster.json("get", "pods", "-l",
+                                                        f"kubevirt.io/created-by={vmi['metadata']['uid']}")["items"],
+                          "the launcher pod to go", timeout=90)
+    (row,) = table(node_cluster.ok("get", "vm", NAME))
+    assert (row["STATUS"], row["READY"]) == ("Stopped", "False")
