@@ -11,9 +11,9 @@ virt-handler). `start()` sets it up in the order a user would have it:
 2. the node, its virt-controller configured with KubeVirt's launcher image name;
 3. the images (`images.py`) loaded into the node's containerd with `node-import.sh`, as a
    registry pull leaves them;
-4. the README's Install, word for word: `kubectl apply -k addon_manifests/` and
-   `kubectl -n kubevirt-ch rollout status deployment/ch-admission`: ch-admission runs as the pods of
-   its Deployment, from the image built from the Containerfile.
+4. the README's Install block, run as it stands (`kubectl apply -k addon_manifests/`, then
+   `kubectl -n kubevirt-ch rollout status deployment/ch-admission`): ch-admission runs as the pods
+   of its Deployment, from the image built from the Containerfile.
 
 The node's scripts run through `nsenter --net` (the namespace's network, the host's mounts), not
 `ip netns exec`, which mounts a fresh /sys without the cgroup hierarchies kubelet needs. The run
@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import threading
@@ -36,13 +37,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.apiserver.cluster import SHARED_K8S, Cluster, ClusterError, Run
+from tests.apiserver.cluster import REPO, SHARED_K8S, Cluster, ClusterError, Run
 from tests.cluster.images import UNPACK, Archive, Images
 from tests.netns import pid_alive
 
-# what the README's Install runs, in order
-INSTALL = (("apply", "-k", "addon_manifests/"),
-           ("-n", "kubevirt-ch", "rollout", "status", "deployment/ch-admission", "--timeout=300s"))
 # virt-operator's CR for a cluster whose images were loaded onto the nodes (see the module docstring)
 KUBEVIRT_SPEC: dict[str, Any] = {"imagePullPolicy": "IfNotPresent",
                                  "configuration": {"developerConfiguration": {"disabledFeatureGates": ["ImageVolume"]}}}
@@ -51,6 +49,17 @@ VIRTCTL_NOTICE = "failed to validate metadata: $Format:%h$ is not a valid semver
 NODE_TOOLS = (("containerd", "containerd"), ("ctr", "containerd"), ("runc", "runc"), ("iptables", "iptables"),
               ("nft", "nftables"), ("nsenter", "util-linux"), ("xz", "xz-utils"), ("ip", "iproute2"))
 _STALE_CGROUP = re.compile(r"^kvch-kvch-api-(\d+)-\d+$")
+
+
+def readme_install() -> list[list[str]]:
+    """The commands of the README's Install block (kubectl's arguments), in order."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("\n## Install\n"):]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(line.split("#", 1)[0]) for line in block.splitlines() if line.split("#", 1)[0].strip()]
+    if not commands or any(c[0] != "kubectl" for c in commands):
+        raise ClusterError(f"the README's Install block is not a list of kubectl commands:\n{block}")
+    return [c[1:] for c in commands]
 
 
 def unavailable() -> str | None:
@@ -185,9 +194,9 @@ class NodeCluster(Cluster):
         self.images = images
 
     def install(self) -> list[Run]:
-        """Step 4, as the README's Install says it; the runs are kept in `install_runs`."""
-        for args in INSTALL:
-            run = self.kubectl(*args, timeout=330)
+        """Step 4: the README's Install block, run as it stands; the runs are kept in `install_runs`."""
+        for args in readme_install():
+            run = self.kubectl(*args, timeout=600)
             self.install_runs.append(run)
             if run.rc != 0:
                 raise ClusterError(f"kubectl {' '.join(args)} failed:\n{run.out}")

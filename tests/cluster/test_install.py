@@ -12,6 +12,8 @@ from tests.cluster.node import NodeCluster, archive_reference
 
 
 def test_the_readmes_install_runs_the_server_as_its_deployments_pods_from_the_built_image(node_cluster: NodeCluster):
+    assert [run.args for run in node_cluster.install_runs] == [
+        ("apply", "-k", "addon_manifests/"), ("-n", "kubevirt-ch", "rollout", "status", "deployment/ch-admission")]
     apply, rollout = node_cluster.install_runs
     assert apply.without_sort_notice() == [f"{name} created" for name in INSTALLED]
     assert rollout.rc == 0 and rollout.lines[-1] == 'deployment "ch-admission" successfully rolled out'
