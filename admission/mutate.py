@@ -267,7 +267,8 @@ def _device_ops(index: int, c: dict[str, Any], pod: dict[str, Any], record: dict
     """Replace the vhost-net device of `compute` by an empty directory at its path (noted in
     `record`: `removedResources`, `placeholders`). Refuses a pod that already has a volume of
     the placeholder's name or a mount at that path (no guessing whose it is)."""
-    resources = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+    found = c.get("resources")
+    resources: dict[str, Any] = found if isinstance(found, dict) else {}
     kinds = [kind for kind in ("requests", "limits")
              if isinstance(resources.get(kind), dict) and VHOST_NET in resources[kind]]
     if not kinds:
@@ -280,10 +281,10 @@ def _device_ops(index: int, c: dict[str, Any], pod: dict[str, Any], record: dict
         raise _Refuse(f"it already has a volume named {VHOST_NET_VOLUME!r}")
     if any(isinstance(m, dict) and m.get("mountPath") == VHOST_NET_PATH for m in mounts or []):
         raise _Refuse(f"'{COMPUTE}' already mounts something at {VHOST_NET_PATH}")
-    ops = [{"op": "remove", "path": pointer("spec", "containers", index, "resources", kind, VHOST_NET)}
-           for kind in kinds]
-    volume = {"name": VHOST_NET_VOLUME, "emptyDir": {"sizeLimit": "1Ki"}}
-    mount = {"name": VHOST_NET_VOLUME, "mountPath": VHOST_NET_PATH}
+    ops: list[dict[str, Any]] = [
+        {"op": "remove", "path": pointer("spec", "containers", index, "resources", kind, VHOST_NET)} for kind in kinds]
+    volume: dict[str, Any] = {"name": VHOST_NET_VOLUME, "emptyDir": {"sizeLimit": "1Ki"}}
+    mount: dict[str, Any] = {"name": VHOST_NET_VOLUME, "mountPath": VHOST_NET_PATH}
     ops.append({"op": "add", "path": pointer("spec", "volumes", "-"), "value": volume} if volumes is not None
                else {"op": "add", "path": pointer("spec", "volumes"), "value": [volume]})
     ops.append({"op": "add", "path": pointer("spec", "containers", index, "volumeMounts", "-"), "value": mount}

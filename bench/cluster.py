@@ -73,7 +73,7 @@ def timed(cluster: NodeCluster, *steps: tuple[str, ...], input: str | None = Non
 
 
 def vmi_round(cluster: NodeCluster, name: str) -> tuple[float, float]:
-    up = timed(cluster, ("create", "-f", "-"), ("wait", f"--for=jsonpath={{.status.phase}}=Running", f"vmi/{name}",
+    up = timed(cluster, ("create", "-f", "-"), ("wait", "--for=jsonpath={.status.phase}=Running", f"vmi/{name}",
                                                 f"--timeout={TIMEOUT}"),
                input=cluster.yaml(annotated_vmi(name)))
     pod = cluster.launcher_pod(cluster.json("get", "vmi", name))["metadata"]["name"]

@@ -198,7 +198,8 @@ class Builder:
         return read_archive(out)
 
     def virt_launcher_image(self, rootfs: Path, name: str | None = None) -> Archive:
-        binaries = {tool: _run(["bash", str(UNPACK), f"kubevirt/{tool}"]).strip() for tool in ("virt-tail", "container-disk")}
+        binaries = {tool: _run(["bash", str(UNPACK), f"kubevirt/{tool}"]).strip()
+                    for tool in ("virt-tail", "container-disk")}
         return self._oci_archive(name or Cluster.launcher_image(), self.build_dir / "virt-launcher.oci.tar",
                                  "--layer", str(rootfs),
                                  *(f"--add={path}:/usr/bin/{tool}:755" for tool, path in binaries.items()))

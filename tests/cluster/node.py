@@ -108,7 +108,7 @@ class Console:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        while chunk := self.proc.stdout.read1(4096):
+        while chunk := os.read(self.proc.stdout.fileno(), 4096):
             with self._changed:
                 self._out += chunk
                 self._changed.notify_all()
@@ -246,8 +246,8 @@ class NodeCluster(Cluster):
             status = vmi.get("status", {})
             is_ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
             return vmi if status.get("phase") == phase and ready in (None, is_ready) else None
-        found: dict[str, Any] = self.wait_for(reached, f"VMI {name} to be {phase}" + (f", ready {ready}" if ready is not None else ""),
-                                              timeout=timeout)
+        what = f"VMI {name} to be {phase}" + (f", Ready {ready}" if ready is not None else "")
+        found: dict[str, Any] = self.wait_for(reached, what, timeout=timeout)
         return found
 
     def launcher_pod(self, vmi: dict[str, Any]) -> dict[str, Any]:
