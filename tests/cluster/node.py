@@ -25,6 +25,7 @@ is swept by the next one. `close()` stops the node (`node-down.sh`), then the co
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -39,7 +40,7 @@ from typing import Any
 
 from tests.apiserver.cluster import REPO, SHARED_K8S, Cluster, ClusterError, Run
 from tests.cluster.images import UNPACK, Archive, Images
-from tests.netns import pid_alive
+from tests.netns import pid_alive, sweep_stale_namespaces
 
 # virt-operator's CR for a cluster whose images were loaded onto the nodes (see the module docstring)
 KUBEVIRT_SPEC: dict[str, Any] = {"imagePullPolicy": "IfNotPresent",
@@ -49,6 +50,8 @@ VIRTCTL_NOTICE = "failed to validate metadata: $Format:%h$ is not a valid semver
 NODE_TOOLS = (("containerd", "containerd"), ("ctr", "containerd"), ("runc", "runc"), ("iptables", "iptables"),
               ("nft", "nftables"), ("nsenter", "util-linux"), ("xz", "xz-utils"), ("ip", "iproute2"))
 _STALE_CGROUP = re.compile(r"^kvch-kvch-api-(\d+)-\d+$")
+_STALE_GUEST = re.compile(r"^kvch-gst-(\d+)-\d+$")  # guest_port's namespaces
+_guest_serial = itertools.count(1)
 
 
 def readme_install() -> list[list[str]]:
@@ -287,6 +290,29 @@ class NodeCluster(Cluster):
         """`ip ARGS` in the network namespace of process `pid` (a pod's, seen from the node)."""
         return subprocess.run(["nsenter", "-t", str(pid), "-n", "ip", *args], capture_output=True, text=True,
                               check=True, timeout=30).stdout
+
+    @contextlib.contextmanager
+    def guest_port(self, pod_pid: str | int, bridge: str, mac: str) -> Iterator[str]:
+        """A stand-in for the guest's NIC on the pod's in-pod bridge (the tiny guest runs no DHCP
+        client): a veth enslaved to `bridge` in the network namespace of `pod_pid`, its peer `eth0`
+        with the guest's `mac` in a namespace of its own, whose name is yielded (for
+        `ip netns exec`). Both go afterwards."""
+        n = next(_guest_serial)
+        netns, port = f"kvch-gst-{os.getpid()}-{n}", f"kvchg{n}"
+        sweep_stale_namespaces(_STALE_GUEST)
+        subprocess.run(["ip", "netns", "add", netns], check=True, capture_output=True, timeout=20)
+        try:
+            self.ip_in(pod_pid, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", netns)
+            try:
+                self.ip_in(pod_pid, "link", "set", port, "master", bridge, "up")
+                for args in (("link", "set", "lo", "up"), ("link", "set", "eth0", "address", mac, "up")):
+                    subprocess.run(["ip", "-n", netns, *args], check=True, capture_output=True, timeout=20)
+                yield netns
+            finally:
+                with contextlib.suppress(subprocess.CalledProcessError):
+                    self.ip_in(pod_pid, "link", "del", port)
+        finally:
+            subprocess.run(["ip", "netns", "delete", netns], capture_output=True, timeout=20)
 
     def memory_cgroup(self, pod: dict[str, Any], container: str) -> Path:
         """The memory cgroup (v1) kubelet made for `container` of `pod` under the node's cgroup root."""

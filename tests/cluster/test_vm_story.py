@@ -25,6 +25,7 @@ from tests.apiserver.cluster import REPO
 from tests.apiserver.readme import use_vm
 from tests.cluster.images import DISK_IMAGE, LAUNCHER_IMAGE
 from tests.cluster.node import NodeCluster, archive_reference
+from tests.functional.pod_probes import udhcpc
 
 NAME = "fedora-ch"
 README_DISK = "quay.io/containerdisks/fedora:latest"
@@ -40,6 +41,13 @@ def readme_check() -> list[str]:
     use = text[text.index("## Use (annotate a VMI)"):]
     (command,) = re.findall(r"To see that a VMI runs on Cloud Hypervisor:\s+`kubectl ([^`]+)`", use)
     return shlex.split(command)
+
+
+def vmm_pid(cluster: NodeCluster, pod: dict[str, Any]) -> str:
+    """The cloud-hypervisor process of the pod's compute container (from its cgroup)."""
+    procs = cluster.memory_cgroup(pod, "compute").joinpath("cgroup.procs").read_text().split()
+    (vmm,) = [pid for pid in procs if Path(f"/proc/{pid}/comm").read_text().strip() == "cloud-hyperviso"]
+    return vmm
 
 
 def table(run_out: str) -> list[dict[str, str]]:
@@ -111,9 +119,7 @@ def test_the_pod_interface_is_virt_handlers_tap_on_its_bridge_and_shows_in_the_s
     assert vmi["status"]["interfaces"] == [{"infoSource": "domain", "ipAddress": ip, "ipAddresses": [ip],
                                             "linkState": "up", "mac": pod_mac, "name": "default",
                                             "podInterfaceName": "eth0", "queueCount": 1}]
-    processes = {pid: Path(f"/proc/{pid}/comm").read_text().strip()
-                 for pid in node_cluster.memory_cgroup(pod, "compute").joinpath("cgroup.procs").read_text().split()}
-    (vmm,) = [pid for pid, comm in processes.items() if comm == "cloud-hyperviso"]
+    vmm = vmm_pid(node_cluster, pod)
     links = json.loads(node_cluster.ip_in(vmm, "-d", "-j", "link", "show"))
     by_name = {link["ifname"]: link for link in links}
     tap = by_name["tap0"]
@@ -122,6 +128,25 @@ def test_the_pod_interface_is_virt_handlers_tap_on_its_bridge_and_shows_in_the_s
     assert {str(owner["user"]), str(owner["group"])} <= {"107", "qemu"}, owner
     opened = [Path(f"/proc/{vmm}/fdinfo/{fd}").read_text() for fd in os.listdir(f"/proc/{vmm}/fd")]
     assert any(re.search(r"^iff:\s+tap0$", info, re.MULTILINE) for info in opened), "the VMM has no fd on tap0"
+
+
+def test_the_launchers_dhcp_server_leases_the_guest_its_address_on_virt_handlers_bridge(node_cluster: NodeCluster,
+                                                                                        tmp_path: Path):
+    """What a Linux guest would ask on the masquerade interface (the tiny guest asks nothing, so a
+    DHCP client on a port of the in-pod bridge plays it, with the guest's MAC): the launcher's
+    server, listening in the pod as uid 107, offers KubeVirt's masquerade lease, the pod's MTU,
+    the pod's name servers and the VMI's name."""
+    vmi = node_cluster.wait_for_vmi(NAME, ready=True)
+    pod = node_cluster.launcher_pod(vmi)
+    resolv = node_cluster.ok("exec", pod["metadata"]["name"], "-c", "compute", "--", "cat", "/etc/resolv.conf")
+    nameservers = [line.split()[1] for line in resolv.splitlines() if line.startswith("nameserver")]
+    (interface,) = vmi["status"]["interfaces"]
+    with node_cluster.guest_port(vmm_pid(node_cluster, pod), "k6t-eth0", interface["mac"]) as netns:
+        lease = udhcpc(netns, tmp_path)
+    assert lease is not None, node_cluster.ok("logs", pod["metadata"]["name"], "-c", "compute")
+    assert (lease["ip"], lease["subnet"], lease["router"], lease["mtu"]) == ("10.0.2.2", "255.255.255.0", "10.0.2.1",
+                                                                             "1500")
+    assert (lease["dns"].split(), lease["hostname"]) == (nameservers, NAME)
 
 
 def test_virtctl_console_shows_the_guest_and_echoes_what_is_typed(node_cluster: NodeCluster):
