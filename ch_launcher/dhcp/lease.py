@@ -226,6 +226,8 @@ def _usable_search_domains(spec: DhcpSpec, domains: list[str]) -> list[str]:
     usable: list[str] = []
     size = 0
     for domain in dict.fromkeys(domains):
+        if domain == ".":  # the root: what kubelet writes (`search .`) for a pod with no search domain
+            continue
         if not p.valid_search_domain(domain):
             log.warning("%s: search domain %r of resolv.conf is not valid; not offered", spec.field, domain)
             continue

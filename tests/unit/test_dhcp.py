@@ -113,6 +113,17 @@ def test_invalid_or_oversized_search_domains_are_left_out_instead_of_failing():
     assert b"Bad" not in lease.options[p.DOMAIN_SEARCH]
 
 
+def test_kubelets_search_dot_is_no_search_domain_and_no_warning(caplog):
+    """A pod without search domains gets `search .` from kubelet (the real node of tests/cluster,
+    whose kubelet has no cluster DNS): the root domain, nothing to offer and nothing wrong."""
+    resolver = parse_resolv_conf("search .\nnameserver 127.0.0.1\n")
+    with caplog.at_level("WARNING"):
+        lease = build_lease(MASQ, "10.0.2.1", resolver, "vm", None)
+    assert p.DOMAIN_SEARCH not in lease.options and p.DOMAIN_NAME not in lease.options
+    assert lease.options[p.DNS_SERVERS] == bytes([127, 0, 0, 1])
+    assert caplog.records == []
+
+
 def test_vmi_dhcp_options_are_offered():
     spec = DhcpSpec(**{**MASQ.__dict__, "options": DhcpOptions("boot.efi", "tftp.example", ("10.0.0.5",), ((250, "v"),))})
     o = build_lease(spec, "10.0.2.1", RESOLVER, "vm", None).options
