@@ -41,3 +41,15 @@ def test_every_kustomization_the_readme_names_exists():
         assert (REPO / path / "kustomization.yaml").is_file(), path
     assert {"addon_manifests/", "addon_manifests/guard/", "addon_manifests/webhooks/"} <= named
     assert (MANIFESTS / "overlays" / "cert-manager" / "kustomization.yaml").is_file()
+
+
+def test_the_readmes_check_of_a_vmis_launcher_reads_what_the_add_on_writes():
+    """`status.launcherContainerImageVersion` shows KubeVirt's launcher image for a current Cloud
+    Hypervisor VMI (the /mutate-vmi webhook writes it there, admission/launcher_status.py); the
+    image the pod runs is in the annotation the webhook keeps. The README's check must read that
+    (tests/cluster runs it on a real node)."""
+    from admission.launcher_status import IMAGE_ANNOTATION
+
+    (command,) = re.findall(r"To see that a VMI runs on Cloud Hypervisor:\s+`(kubectl [^`]+)`", section("Use"))
+    escaped = IMAGE_ANNOTATION.replace(".", "\\.")
+    assert command == f"kubectl get vmi fedora-ch -o jsonpath='{{.metadata.annotations.{escaped}}}'"
