@@ -148,6 +148,10 @@ class Console:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
+        self._reader.join(10)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 class NodeCluster(Cluster):
@@ -226,6 +230,13 @@ class NodeCluster(Cluster):
         proc = self._in_netns([self.virtctl_binary(), *args], timeout=timeout)
         lines = [line for line in proc.stdout.splitlines(keepends=True) if line.rstrip("\n") != VIRTCTL_NOTICE]
         return Run(tuple(args), proc.returncode, "".join(lines))
+
+    def follow_logs(self, pod: str, container: str) -> subprocess.Popen[str]:
+        """`kubectl logs -f POD -c CONTAINER`, running (its stdout a pipe, stderr with it): what a
+        user watching a pod sees until the pod ends."""
+        return subprocess.Popen(["ip", "netns", "exec", self.netns, self.kubectl_path, "logs", "-f", pod,
+                                 "-c", container], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=self._env())
 
     @contextlib.contextmanager
     def console(self, vmi: str) -> Iterator[Console]:

@@ -5,7 +5,6 @@ the pod network), as a user writes one."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -80,9 +79,7 @@ def test_kubectl_delete_shuts_the_guest_down_gracefully_and_leaves_nothing_on_th
     containers = node_cluster.containers_of(name)
     assert len(containers) >= 4  # the sandbox, compute, guest-console-log, the containerDisk, init containers
     # what a user watching the VMI sees: its launcher's log, and its console
-    logs = subprocess.Popen(["ip", "netns", "exec", node_cluster.netns, node_cluster.kubectl_path, "logs", "-f",
-                             name, "-c", "compute"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=node_cluster._env())
+    logs = node_cluster.follow_logs(name, "compute")
     try:
         with node_cluster.console("deleted") as console:
             start = time.monotonic()
