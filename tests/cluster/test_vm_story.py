@@ -173,8 +173,10 @@ def test_virtctl_console_shows_the_guest_and_echoes_what_is_typed(node_cluster: 
 def test_virtctl_pause_and_unpause(node_cluster: NodeCluster):
     r = node_cluster.virtctl("pause", "vm", NAME)
     assert (r.rc, r.lines) == (0, [f"VMI {NAME} was scheduled to pause"]), r.out
-    node_cluster.wait_for(lambda: conditions(node_cluster.json("get", "vmi", NAME)).get("Paused") ==
-                          ("True", "PausedByUser"), "the Paused condition")
+    def paused() -> bool:  # virt-handler sets Paused, then Ready False
+        found = conditions(node_cluster.json("get", "vmi", NAME))
+        return found.get("Paused") == ("True", "PausedByUser") and found["Ready"][0] == "False"
+    node_cluster.wait_for(paused, "the Paused condition")
     (row,) = table(node_cluster.ok("get", "vmi", NAME, "-o", "wide"))
     assert (row["PHASE"], row["READY"], row["PAUSED"]) == ("Running", "False", "True")
     r = node_cluster.virtctl("unpause", "vm", NAME)
