@@ -210,8 +210,3 @@ class Builder:
             f.truncate(1 << 20)
         return self._oci_archive(DISK_IMAGE, self.build_dir / "disk.oci.tar", f"--add={disk}:/disk/disk.img:644")
 
-
-def image_id_digest(image_id: str) -> str:
-    """The manifest digest of a container status's `imageID` (`name@sha256:...` or `sha256:...`)."""
-    m = re.search(r"(sha256:[0-9a-f]{64})$", image_id)
-    return m.group(1) if m else ""

@@ -196,7 +196,7 @@ class NodeCluster(Cluster):
             if reference:
                 self.imported[name] = reference
         for archive in images.all():
-            if self.imported.get(archive.name) != f"{archive.name.rsplit(':', 1)[0]}@{archive.digest}":
+            if self.imported.get(archive.name) != archive_reference(archive):
                 raise ClusterError(f"node-import.sh did not load {archive.name} ({archive.digest}):\n{out}")
         self.images = images
 
