@@ -2,10 +2,10 @@
 masquerade interface on the pod network, runStrategy Always), with the one change a machine
 without a registry needs (the containerDisk is the local image of `images.py`), lived through as
 a user does: `kubectl apply`, `kubectl get vmi`, `virtctl console`, `pause`/`unpause`,
-`soft-reboot`, `restart` and `stop`. Every assertion is on what kubectl or virtctl print, or on
-what an administrator of the node would look at (the pod's cgroup, the pod's network namespace).
+`soft-reboot`, `restart`, `stop` and `start`. Every assertion is on what kubectl or virtctl print,
+or on what an administrator of the node would look at (the pod's cgroup, its network namespace).
 
-The tests run in file order on one VM: `stop` comes last."""
+The tests run in file order on one VM: `stop`, then `start`, come last."""
 
 from __future__ import annotations
 
@@ -232,3 +232,13 @@ def test_virtctl_stop_stops_the_vm_and_its_pod_goes(node_cluster: NodeCluster):
                           "the launcher pod to go", timeout=90)
     (row,) = table(node_cluster.ok("get", "vm", NAME))
     assert (row["STATUS"], row["READY"]) == ("Stopped", "False")
+
+
+def test_virtctl_start_runs_it_again(node_cluster: NodeCluster):
+    r = node_cluster.virtctl("start", NAME)
+    assert (r.rc, r.lines) == (0, [f"VM {NAME} was scheduled to start"]), r.out
+    vmi = node_cluster.wait_for_vmi(NAME, ready=True)
+    compute = next(c for c in node_cluster.launcher_pod(vmi)["spec"]["containers"] if c["name"] == "compute")
+    assert compute["image"] == LAUNCHER_IMAGE
+    (row,) = table(node_cluster.ok("get", "vm", NAME))
+    assert (row["STATUS"], row["READY"]) == ("Running", "True")
