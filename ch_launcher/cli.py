@@ -32,9 +32,9 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ch_launcher.kubevirt import paths
 
@@ -298,7 +298,7 @@ async def run(settings: Settings, spawning: VmmSpawning | None = None) -> int:
     return code
 
 
-async def _until_early_exit(work: Any, early_exit: asyncio.Event) -> int:
+async def _until_early_exit(work: Awaitable[int], early_exit: asyncio.Event) -> int:
     """`work`'s status, unless virt-handler's SignalTargetPodCleanup comes first (in any phase:
     the Go launcher checks `ReceivedEarlyExitSignal` while it waits for the domain and in its
     process monitor): then exit at once with EXIT_TIMEOUT, as virt-launcher's panic does."""
@@ -349,8 +349,11 @@ async def supervise(manager: DomainManager, settings: Settings, stop: asyncio.Ev
     def kill_after_grace() -> None:
         log.info("grace period of %ds expired: killing the VM", settings.grace_period_seconds)
         task = asyncio.ensure_future(manager.execute(Intent.KILL, None, budget=60.0))
-        task.add_done_callback(lambda t: t.cancelled() or t.exception() is None
-                               or log.error("kill after the grace period failed: %s", t.exception()))
+        task.add_done_callback(log_kill_failure)
+
+    def log_kill_failure(task: asyncio.Task[str]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("kill after the grace period failed: %s", task.exception())
 
     try:
         while True:

@@ -155,7 +155,7 @@ class Notifier:
         self._warm_up: asyncio.Task[None] | None = None
         self._connecting = asyncio.Lock()
         self._channel: grpc.aio.Channel | None = None
-        self._stub: notify_grpc.NotifyStub | None = None
+        self._stub: notify_grpc.NotifyAsyncStub | None = None
         self._closed = False
         self._failing_since: float | None = None
 
@@ -358,11 +358,11 @@ class Notifier:
         if not reply.success and reply.message:
             raise NotifyError(f"virt-handler answered: {reply.message}", refused=True)
 
-    async def _connect(self) -> notify_grpc.NotifyStub:
+    async def _connect(self) -> notify_grpc.NotifyAsyncStub:
         async with self._connecting:  # the sender and connect_early() may both be dialling
             return await self._dial()
 
-    async def _dial(self) -> notify_grpc.NotifyStub:
+    async def _dial(self) -> notify_grpc.NotifyAsyncStub:
         if self._stub is not None:
             return self._stub
         # A fresh channel per connection: gRPC's own reconnect backoff would otherwise make
