@@ -36,7 +36,7 @@ from admission.cluster import KubeVirtStatus, conditions
 from admission.config import Config, ConfigError, load_config
 from admission.kube import KubeClient, KubeError
 from admission.report import ConditionReporter, EventPoster
-from admission.review import ReviewError, http_error_status, is_json_content_type, parse_review
+from admission.review import AdmissionRequest, ReviewError, http_error_status, is_json_content_type, parse_review
 from admission.tls import ReloadingTLS, TLSFilesError
 
 log = logging.getLogger("admission")
@@ -82,7 +82,8 @@ class KubeVirtCache:
     refresh the last good status is kept (a stale version beats refusing everything).
     `fetched` is the latest read as it came, failed or not."""
 
-    def __init__(self, fetch: Callable[[], KubeVirtStatus], run: Callable[[Callable[[], Any]], Awaitable[Any]],
+    def __init__(self, fetch: Callable[[], KubeVirtStatus],
+                 run: Callable[[Callable[[], KubeVirtStatus]], Awaitable[KubeVirtStatus]],
                  on_refresh: Callable[[KubeVirtStatus, KubeVirtStatus], None] | None = None):
         self._fetch, self._run, self._on_refresh = fetch, run, on_refresh
         self._value: KubeVirtStatus | None = None
@@ -92,17 +93,20 @@ class KubeVirtCache:
         self._read_at = 0.0
         self._lock = asyncio.Lock()
 
-    def _fresh(self, max_age: float | None) -> bool:
+    def _fresh(self, max_age: float | None) -> KubeVirtStatus | None:
+        """The status held, while within its TTL and `max_age`; else None."""
         now = time.monotonic()
-        return self._value is not None and now < self._expires and (max_age is None or now - self._read_at < max_age)
+        if self._value is not None and now < self._expires and (max_age is None or now - self._read_at < max_age):
+            return self._value
+        return None
 
     async def get(self, max_age: float | None = None) -> KubeVirtStatus:
         """The status, read again when older than its TTL or than `max_age` seconds."""
-        if self._fresh(max_age):
-            return self._value  # type: ignore[return-value]
+        if (status := self._fresh(max_age)) is not None:
+            return status
         async with self._lock:
-            if self._fresh(max_age):
-                return self._value  # type: ignore[return-value]
+            if (status := self._fresh(max_age)) is not None:
+                return status
             return await self._refresh_locked()
 
     async def refresh(self) -> KubeVirtStatus:
@@ -186,7 +190,7 @@ def _status_response(status: int, message: str) -> web.Response:
     return web.json_response(http_error_status(status, message), status=status)
 
 
-async def _read_review(request: web.Request):
+async def _read_review(request: web.Request) -> AdmissionRequest:
     if not is_json_content_type(request.headers.get("Content-Type")):
         raise _Answer(415, f"Content-Type must be application/json, got {request.headers.get('Content-Type')!r}")
     if request.content_length is not None and request.content_length > MAX_BODY:
@@ -219,7 +223,8 @@ def make_app(server: Server) -> web.Application:
     paths = ("/validate", "/mutate-pod", "/mutate-vmi", "/healthz", "/readyz", "/metrics")
 
     @web.middleware
-    async def observe(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+    async def observe(request: web.Request,
+                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
         start = time.perf_counter()
         path = request.path if request.path in paths else "other"
         try:
@@ -252,8 +257,9 @@ def make_app(server: Server) -> web.Application:
             if server.kube is None:
                 error = "the server has no Kubernetes API client (--kubeconfig, or run in a pod)"
             else:
+                kube, namespace, name = server.kube, first.namespace, first.name
                 try:
-                    vmi = await server.run(lambda: server.kube.get_vmi(first.namespace, first.name))
+                    vmi = await server.run(lambda: kube.get_vmi(namespace, name))
                 except KubeError as e:
                     metrics.kube_errors.labels("get_vmi").inc()
                     error = e.message

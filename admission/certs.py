@@ -97,10 +97,13 @@ def make_ca(common_name: str = "kubevirt-ch admission CA") -> tuple[bytes, bytes
 
 def make_serving(ca_cert_pem: bytes, ca_key_pem: bytes, names: list[str],
                  validity: datetime.timedelta = SERVING_VALIDITY) -> tuple[bytes, bytes]:
-    """A serving certificate for `names` (DNS SANs; IP addresses become IP SANs) signed by the CA."""
+    """A serving certificate for `names` (DNS SANs; IP addresses become IP SANs) signed by the CA.
+    Raises ValueError when the CA's certificate or key is unreadable or the key is not ECDSA (make_ca's)."""
     import ipaddress
     ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"the CA key is {type(ca_key).__name__}, not an ECDSA key")
     key = ec.generate_private_key(ec.SECP256R1())
     sans: list[x509.GeneralName] = []
     for n in names:
@@ -188,12 +191,12 @@ def ensure_secret(kube: KubeClient, namespace: str, secret_name: str, names: lis
                 raise
             log.info("created Secret %s/%s with a new CA and serving certificate", namespace, secret_name)
             return bundle
-        bundle = Bundle.from_secret(secret)
-        why = "it lacks ca.crt, ca.key, tls.crt or tls.key" if bundle is None else needs_renewal(bundle, names)
+        stored = Bundle.from_secret(secret)
+        why = "it lacks ca.crt, ca.key, tls.crt or tls.key" if stored is None else needs_renewal(stored, names)
         if why is None:
-            assert bundle is not None
-            return bundle
-        fresh = new_bundle(names) if bundle is None else renewed(bundle, names)
+            assert stored is not None
+            return stored
+        fresh = new_bundle(names) if stored is None else renewed(stored, names)
         secret["data"] = {**(secret.get("data") or {}), **fresh.to_secret_data()}
         try:
             kube.replace_secret(namespace, secret)

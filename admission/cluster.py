@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from admission.selection import get
+from admission.selection import get, object_at
 from admission.versions import VersionRange
 from ch_launcher.kubevirt.quantity import quantity_bytes
 
@@ -101,7 +101,7 @@ class KubeVirtStatus:
         """Build from a KubeVirt CR (a decoded object). Never raises: oddities become `error`."""
         if not isinstance(cr, dict):
             return cls(error="the KubeVirt resource is not an object")
-        status = cr.get("status") if isinstance(cr.get("status"), dict) else {}
+        status = object_at(cr, "status")
         version = status.get("observedKubeVirtVersion")
         bindings: dict[str, int] = {}
         spec_bindings = get(cr, "spec", "configuration", "network", "binding")

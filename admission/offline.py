@@ -30,7 +30,7 @@ from admission.overhead import (
 )
 from admission.review import parse_review
 from admission.rules import validate, vmi_from_template
-from admission.selection import ANNOTATION, TEMPLATE_PATHS, VALUE, target
+from admission.selection import ANNOTATION, TEMPLATE_PATHS, VALUE, object_at, target
 from ch_launcher.kubevirt.quantity import MiB
 from ch_launcher.kubevirt.vmi import InvalidVMI, parse_vmi
 
@@ -86,12 +86,12 @@ def _kind(doc: Any) -> str:
 def _name(doc: Any) -> str:
     if not isinstance(doc, dict):
         return "?"
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    meta = object_at(doc, "metadata")
     return f"{doc.get('kind', '?')} {meta.get('name') or meta.get('generateName') or '?'}"
 
 
 def _review(doc: dict[str, Any]) -> dict[str, Any]:
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    meta = object_at(doc, "metadata")
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "offline", "kind": {"kind": doc.get("kind", "")}, "operation": "CREATE",
         "namespace": meta.get("namespace") or "default", "name": meta.get("name", ""), "object": doc}}

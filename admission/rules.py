@@ -23,7 +23,7 @@ from admission.cluster import KubeVirtStatus, version_problem
 from admission.config import Config
 from admission.review import AdmissionRequest, Cause, allow, deny, deny_invalid
 from admission.selection import (
-    ANNOTATION, ANNOTATION_FIELD, VALUE, Target, get, hypervisor, prefix_field, prefix_paths, target,
+    ANNOTATION, ANNOTATION_FIELD, VALUE, Target, get, hypervisor, object_at, prefix_field, prefix_paths, target,
 )
 from ch_launcher.convert import NoMemoryRequested, check
 
@@ -126,8 +126,7 @@ def vmi_from_template(t: Target, namespace: str) -> dict[str, Any] | None:
         return None
     if t.kind == "VirtualMachineInstance":
         return t.template
-    metadata = t.template.get("metadata") if isinstance(t.template.get("metadata"), dict) else {}
-    metadata = dict(metadata)
+    metadata = dict(object_at(t.template, "metadata"))
     if namespace and not metadata.get("namespace"):
         metadata["namespace"] = namespace
     return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
