@@ -224,9 +224,9 @@ def vcpu_count(cpu: CPU | None, requests: Mapping[str, object], limits: Mapping[
             if part:
                 n = part if n == 0 else n * part
     elif "cpu" in limits:
-        n = quantity_bytes(limits["cpu"])  # type: ignore[arg-type]
+        n = quantity_bytes(limits["cpu"])
     elif "cpu" in requests:
-        n = quantity_bytes(requests["cpu"])  # type: ignore[arg-type]
+        n = quantity_bytes(requests["cpu"])
     else:
         n = 0
     return max(n, 1)

@@ -64,7 +64,7 @@ def become_subreaper() -> bool:
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0  # ctypes: c_int, untyped
     except (OSError, AttributeError):
         return False
 
@@ -151,7 +151,7 @@ def _watch(launcher: int, reports: int) -> int:
 
 
 def _reap() -> list[tuple[int, int]]:
-    reaped = []
+    reaped: list[tuple[int, int]] = []
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)

@@ -161,7 +161,8 @@ class EventStreamParser:
 
     def _decode_all(self, text: str) -> list[object]:
         """All JSON values in `text` (several compact objects may share one piece)."""
-        objs, pos, end = [], 0, len(text)
+        objs: list[object] = []
+        pos, end = 0, len(text)
         while True:
             while pos < end and text[pos] in " \t\r\n":
                 pos += 1

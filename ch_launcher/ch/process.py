@@ -86,15 +86,17 @@ class _Adopted:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        if self.poll() is None:
-            self.returncode = self._exits.wait(self.pid, timeout)
-            if self.returncode is None and self._exits.closed:
+        code = self.poll()
+        if code is None:
+            code = self._exits.wait(self.pid, timeout)
+            if code is None and self._exits.closed:
                 # The monitor has gone (killed): nobody reports; wait for the exit itself.
                 if self.pidfd >= 0 and select.select([self.pidfd], [], [], timeout)[0]:
-                    self.returncode = UNKNOWN_EXIT
-            if self.returncode is None:
+                    code = UNKNOWN_EXIT
+            if code is None:
                 raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
-        return self.returncode
+            self.returncode = code
+        return code
 
     def send_signal(self, sig: int) -> None:
         if self.pidfd >= 0 and self.poll() is None:

@@ -148,7 +148,7 @@ class DhcpSpec:
     address: str = ""  # masquerade: "10.0.2.2/24"
     gateway: str = ""  # masquerade: "10.0.2.1"
     subdomain: str = ""  # spec.subdomain, prepended to the service search domain
-    options: DhcpOptions = field(default_factory=DhcpOptions)
+    options: DhcpOptions = DhcpOptions()  # frozen: one shared default is safe
 
 
 @dataclass(frozen=True)

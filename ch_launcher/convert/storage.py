@@ -322,12 +322,14 @@ def _volume(t: Translation, vi: int, volume: Volume, cloud_init: str | None,
             CreateOverlay(field=f"{vpath}.containerDisk", path=overlay, backing=backing, backing_format="")])
     if kind in ("persistentVolumeClaim", "dataVolume"):
         status = volume_status(t.vmi.status.volumeStatus, name)
+        image: _Image | None
         if is_hotplugged(volume, status):
             block = _is_block(t, name)
             image = _Image(hotplug_path(env.hotplug_disk_dir, name, block), "Raw", block=block)
         else:
             image = _pvc_image(t, f"{vpath}.{kind}", name)
-        if image is not None and kind == "persistentVolumeClaim" and volume.persistentVolumeClaim.readOnly:
+        claim = volume.persistentVolumeClaim  # None for a dataVolume
+        if image is not None and claim is not None and claim.readOnly:
             image.readonly = True
         return image
     if kind == "ephemeral":
@@ -436,7 +438,7 @@ def _pvc_size(t: Translation, path: str, name: str) -> int | None:
 def _size(t: Translation, path: str, value: object, name: str) -> int | None:
     """A capacity rounded down to 1 MiB (util.AlignImageSizeTo1MiB), at least 1 MiB."""
     try:
-        size = quantity_bytes(value)  # type: ignore[arg-type]
+        size = quantity_bytes(value)
     except ValueError as e:
         t.unsupported(path, f"{path} '{value}' is not a valid quantity: {e}", "FieldValueInvalid")
         return None

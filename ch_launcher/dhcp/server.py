@@ -211,9 +211,10 @@ def _bind(port: int, served: list[_Served]) -> socket.socket:
 
 def _serve(sock: socket.socket, wake_fd: int, served: list[_Served], counts: dict[str, int]) -> None:
     by_ifindex = {s.ifindex: s for s in served}
+    watched: list[socket.socket | int] = [sock, wake_fd]
     while True:
         try:
-            ready, _, _ = select.select([sock, wake_fd], [], [])
+            ready, _, _ = select.select(watched, [], [])
         except (OSError, ValueError):
             return
         if wake_fd in ready:
@@ -253,7 +254,7 @@ def _serve(sock: socket.socket, wake_fd: int, served: list[_Served], counts: dic
 def _ingress(ancdata: Iterable[tuple[int, int, bytes]]) -> int | None:
     for level, kind, data in ancdata:
         if level == socket.IPPROTO_IP and kind == IP_PKTINFO and len(data) >= _PKTINFO.size:
-            return _PKTINFO.unpack_from(data)[0]
+            return int(_PKTINFO.unpack_from(data)[0])
     return None
 
 

@@ -292,7 +292,7 @@ class Relay:
         self._count(len(data) if s is self._a else 0, memory=0)
         return bytes(data)
 
-    def _write(self, s: socket.socket, data: bytes, to_sender: bool = False) -> None:
+    def _write(self, s: socket.socket, data: bytes | memoryview, to_sender: bool = False) -> None:
         try:
             s.sendall(data)
         except OSError as e:
