@@ -5,8 +5,9 @@ Why aiohttp (docs/admission.md): already a dependency, one asyncio server with s
 (`client_max_size`), and fast enough (bench/admission.py).
 
 Paths (DESIGN.md): `POST /validate`, `POST /mutate-pod`, `GET /healthz`, `GET /readyz`,
-`GET /metrics`, and `POST /mutate-vmi` (virt-controller's VMI writes: `launcher_status.py`). Deciding is pure (`rules.py`, `mutate.py`); this module only reads bodies,
-does the API calls in a thread pool, and answers. A body that is not an AdmissionReview is
+`GET /metrics`, and `POST /mutate-vmi` (virt-controller's VMI writes: `launcher_status.py`).
+Deciding is pure (`rules.py`, `mutate.py`); this module only reads bodies, does the API calls in
+a thread pool, and answers. A body that is not an AdmissionReview is
 answered at once with its HTTP status and a `metav1.Status` naming the problem: 415 (not
 `application/json`), 413 (over `MAX_BODY`, without reading it), 408 (body not received within
 `BODY_TIMEOUT`), 400 (not JSON / not an AdmissionReview v1 request). An unexpected exception
@@ -162,6 +163,26 @@ class Server:
             self.metrics.kube_errors.labels("get_kubevirt").inc()
             return KubeVirtStatus(error=e.message)
 
+    async def api_problem(self) -> str:
+        """Why the API server is not usable ("" when it is, or when there is no client), probed
+        at most every READY_TTL seconds (/readyz)."""
+        if self.kube is None:
+            return ""
+        if time.monotonic() >= self._ready_until:
+            try:
+                await self.run(self.kube.server_version)
+                self._ready_error = ""
+            except KubeError as e:
+                self.metrics.kube_errors.labels("version").inc()
+                self._ready_error = e.message
+            self._ready_until = time.monotonic() + READY_TTL
+        return self._ready_error
+
+    @property
+    def background(self) -> tuple[asyncio.Future[Any], ...]:
+        """The Event posts still running (serve() cancels them when it stops)."""
+        return tuple(self._background)
+
     async def kubevirt_status(self) -> KubeVirtStatus | None:
         return await self.kubevirt.get() if self.kubevirt is not None else None
 
@@ -199,7 +220,7 @@ async def _read_review(request: web.Request) -> AdmissionRequest:
         body = await asyncio.wait_for(request.read(), BODY_TIMEOUT)
     except web.HTTPRequestEntityTooLarge:
         raise _Answer(413, f"request body exceeds the limit of {MAX_BODY} bytes") from None
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise _Answer(408, f"request body not received within {BODY_TIMEOUT:g} s") from None
     try:
         return parse_review(body)
@@ -234,7 +255,7 @@ def make_app(server: Server) -> web.Application:
             response, verdict = _status_response(e.status, e.message), "invalid"
         except web.HTTPException as e:  # 404/405 from the router
             response, verdict = _status_response(e.status, e.reason), "invalid"
-        except Exception as e:  # noqa: BLE001 - a bug must not take the server down
+        except Exception as e:  # a bug must not take the server down
             log.exception("error answering %s", request.path)
             response, verdict = _status_response(500, f"internal error: {type(e).__name__}: {e}"), "error"
         metrics.requests.labels(path, verdict).inc()
@@ -291,16 +312,9 @@ def make_app(server: Server) -> web.Application:
     async def readyz(request: web.Request) -> web.Response:
         if server.tls is None:
             return web.Response(status=503, text="TLS certificate not loaded\n")
-        if server.kube is not None and time.monotonic() >= server._ready_until:
-            try:
-                await server.run(server.kube.server_version)
-                server._ready_error = ""
-            except KubeError as e:
-                metrics.kube_errors.labels("version").inc()
-                server._ready_error = e.message
-            server._ready_until = time.monotonic() + READY_TTL
-        if server.kube is not None and server._ready_error:
-            return web.Response(status=503, text=f"API server not usable: {server._ready_error}\n")
+        problem = await server.api_problem()
+        if problem:
+            return web.Response(status=503, text=f"API server not usable: {problem}\n")
         return web.Response(text="ok\n")
 
     async def metrics_handler(request: web.Request) -> web.Response:
@@ -367,7 +381,7 @@ async def _kubevirt_loop(server: Server) -> None:
     while True:
         try:
             await server.kubevirt.refresh()
-        except Exception:  # noqa: BLE001 - the next round retries; the webhooks read on their own
+        except Exception:  # the next round retries; the webhooks read on their own
             log.exception("reading the KubeVirt CR failed")
         await asyncio.sleep(KUBEVIRT_TTL)
 
@@ -427,7 +441,7 @@ async def serve(ns: argparse.Namespace, config: Config, kube: KubeClient | None)
         await stop.wait()
         log.info("shutting down")
     finally:
-        for task in (renewal, watching, *server._background):
+        for task in (renewal, watching, *server.background):
             if task:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

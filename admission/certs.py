@@ -17,6 +17,7 @@ or `kube.KubeError` with a one-line message.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import logging
 import os
@@ -71,7 +72,7 @@ def dns_names(service: str, namespace: str) -> list[str]:
 
 
 def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -220,10 +221,8 @@ def _atomic_write(path: str, data: bytes, mode: int) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 

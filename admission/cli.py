@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="check every VMI-bearing object, not only those annotated for Cloud Hypervisor")
 
     overhead = sub.add_parser("overhead", help="memory overhead per VMI: Cloud Hypervisor beside KubeVirt's QEMU")
-    overhead.add_argument("files", nargs="+", metavar="FILE", help="YAML or JSON, several documents per file; - = stdin")
+    overhead.add_argument("files", nargs="+", metavar="FILE",
+                          help="YAML or JSON, several documents per file; - = stdin")
     overhead.add_argument("--config", default=None, help="configuration file (default: the packaged example)")
     overhead.add_argument("--kubevirt", default="main", choices=["main", "v1.9.0"],
                           help="which KubeVirt constants to compare against (default %(default)s)")

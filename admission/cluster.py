@@ -27,6 +27,7 @@ workload updater only acts once it equals the observed one), else `observedDeplo
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -70,7 +71,7 @@ def kubevirt_launcher_image(cr: Any) -> LauncherImage:
         if isinstance(image, str) and image:
             return LauncherImage(image, f"status.{key}")
         fields = [config.get(k, "") for k in ("registry", "imagePrefix", "kubeVirtVersion")]
-        if not all(isinstance(f, str) for f in fields) or not fields[0] and not fields[2]:
+        if not all(isinstance(f, str) for f in fields) or (not fields[0] and not fields[2]):
             problems.append(f"status.{key} names no registry and version")
             continue
         registry, prefix, version = fields
@@ -109,10 +110,9 @@ class KubeVirtStatus:
             for name, plugin in spec_bindings.items():
                 memory = get(plugin, "computeResourceOverhead", "requests", "memory")
                 if memory is not None:
-                    try:
+                    # KubeVirt validates these; an unparsable one adds nothing, as in KubeVirt
+                    with contextlib.suppress(ValueError):
                         bindings[str(name)] = quantity_bytes(memory)
-                    except ValueError:
-                        pass  # KubeVirt validates these; an unparsable one adds nothing, as in KubeVirt
         ratio = get(cr, "spec", "configuration", "additionalGuestMemoryOverheadRatio")
         ratio = ratio if isinstance(ratio, str) and ratio else None
         methods = get(cr, "spec", "workloadUpdateStrategy", "workloadUpdateMethods")

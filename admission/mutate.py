@@ -24,6 +24,7 @@ cannot be read or translated fails closed with a message naming the pod's VMI.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import posixpath
 import re
@@ -265,10 +266,8 @@ def _kubevirt_added(pod: dict[str, Any], vmi: Any, arch: str, kubevirt: KubeVirt
     constants = kubevirt_constants_for(version)
     ratio = Decimal(1)
     if kubevirt is not None and kubevirt.ratio:
-        try:
+        with contextlib.suppress(InvalidOperation):
             ratio = Decimal(kubevirt.ratio)
-        except InvalidOperation:
-            pass
     estimate = kubevirt_overhead(vmi, constants=constants, arch=arch, ratio=ratio,
                                  bindings=kubevirt.bindings if kubevirt is not None else {})
     return estimate.total, f"estimated with KubeVirt {constants.name} constants"

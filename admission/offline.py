@@ -25,9 +25,7 @@ import yaml
 
 from admission.config import Config, ConfigError, load_config
 from admission.kubevirt_defaults import with_virt_api_defaults
-from admission.overhead import (
-    KUBEVIRT_CONSTANTS, ROWS, CHSettings, ch_overhead, kubevirt_overhead,
-)
+from admission.overhead import KUBEVIRT_CONSTANTS, ROWS, CHSettings, ch_overhead, kubevirt_overhead
 from admission.review import parse_review
 from admission.rules import validate, vmi_from_template
 from admission.selection import ANNOTATION, TEMPLATE_PATHS, VALUE, object_at, target
@@ -42,7 +40,11 @@ class InputError(Exception):
 def documents(path: str) -> Iterator[tuple[str, Any]]:
     """(label, document) for each document of a YAML or JSON file. Raises InputError."""
     try:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: cannot read: {e}") from None
     try:
@@ -133,23 +135,22 @@ def check_main(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     denied = checked = 0
-    for label, doc in objects:
-        if ns.all:
-            doc = _select(doc)
+    for label, given in objects:
+        doc = _select(given) if ns.all else given
         t = target(doc["kind"], doc)
         if t is None or not t.selected:
             print(f"{label}: {_name(doc)}: not selected for Cloud Hypervisor ({ANNOTATION}: {VALUE}); "
                   f"skipped", file=out)
             continue
         checked += 1
-        if doc["kind"] == "VirtualMachineInstance":
-            doc = with_virt_api_defaults(doc)  # what virt-api writes before the webhook sees it
-        response = validate(parse_review(_review(doc)), config).review["response"]
+        # a VMI as virt-api writes it before the webhook sees it
+        seen = with_virt_api_defaults(doc) if doc["kind"] == "VirtualMachineInstance" else doc
+        response = validate(parse_review(_review(seen)), config).review["response"]
         if response["allowed"]:
-            print(f"{label}: {_name(doc)}: allowed", file=out)
+            print(f"{label}: {_name(seen)}: allowed", file=out)
         else:
             denied += 1
-            print(f"{label}: {_name(doc)}: DENIED", file=out)
+            print(f"{label}: {_name(seen)}: DENIED", file=out)
             status = response["status"]
             for cause in status.get("details", {}).get("causes", []):
                 print(f"  {cause.get('field') or '-'}: {cause['type']}: {cause['message']}", file=out)
@@ -173,9 +174,8 @@ def overhead_table(vmi_doc: dict[str, Any], config: Config, kubevirt: str = "mai
     kv = kubevirt_overhead(vmi, constants=KUBEVIRT_CONSTANTS[kubevirt], arch=arch, ratio=config.overhead.ratio)
     width = max(len(r.label) for r in ROWS)
     lines = [f"{'term':<{width}}  {'CH MiB':>9}  {'QEMU MiB':>9}"]
-    for row in ROWS:
-        if ch[row.key] or kv[row.key]:
-            lines.append(f"{row.label:<{width}}  {_mib(ch[row.key])}  {_mib(kv[row.key])}")
+    lines.extend(f"{row.label:<{width}}  {_mib(ch[row.key])}  {_mib(kv[row.key])}"
+                 for row in ROWS if ch[row.key] or kv[row.key])
     lines.append(f"{'total':<{width}}  {_mib(ch.total)}  {_mib(kv.total)}")
     ratio = kv.total / ch.total if ch.total else float("inf")
     lines.append(f"Cloud Hypervisor needs {ch.total} bytes, KubeVirt {kubevirt} reserves {kv.total} bytes for QEMU: "

@@ -98,7 +98,8 @@ def table(found: list[Row]) -> str:
     header = ("NAMESPACE", "NAME", "PHASE", "LAUNCHER IMAGE", "KUBEVIRT SEES", "SHOULD SEE")
     lines = [header] + [(r.namespace, r.name, r.phase, r.image or "-", r.kubevirt, r.wanted) for r in found]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("   ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines) + "\n"
+    rows = ("   ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines)
+    return "\n".join(rows) + "\n"
 
 
 class OperatorClient:

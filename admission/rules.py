@@ -23,7 +23,16 @@ from admission.cluster import KubeVirtStatus, version_problem
 from admission.config import Config
 from admission.review import AdmissionRequest, Cause, allow, deny, deny_invalid
 from admission.selection import (
-    ANNOTATION, ANNOTATION_FIELD, VALUE, Target, get, hypervisor, object_at, prefix_field, prefix_paths, target,
+    ANNOTATION,
+    ANNOTATION_FIELD,
+    VALUE,
+    Target,
+    get,
+    hypervisor,
+    object_at,
+    prefix_field,
+    prefix_paths,
+    target,
 )
 from ch_launcher.convert import NoMemoryRequested, check
 

@@ -230,7 +230,7 @@ def launch(settings: Settings, link: MonitorLink) -> int:
     from ch_launcher.ch.exits import ExitReports
     from ch_launcher.ch.process import VmmSpawning
     from ch_launcher.ch.proctitle import set_cmdline, set_comm
-    from ch_launcher.ch.spawner import SpawnError, Spawner
+    from ch_launcher.ch.spawner import Spawner, SpawnError
 
     # The monitor keeps the full command line; this one says what it is (ps, kubevirt-probe).
     set_comm("ch-launcher")

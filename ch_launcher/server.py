@@ -278,7 +278,8 @@ class CmdServicer(cmd_grpc.CmdServicer):
         return pb.DomainStatsResponse(response=pb.Response(success=True), domainStats=stats)
 
     async def GetDomainDirtyRateStats(self, request: pb.EmptyRequest,  # noqa: N802
-                                      context: Context[pb.EmptyRequest, pb.DirtyRateStatsResponse]) -> pb.DirtyRateStatsResponse:
+                                      context: Context[pb.EmptyRequest, pb.DirtyRateStatsResponse],
+                                      ) -> pb.DirtyRateStatsResponse:
         # virt-handler's dirty-rate collector calls this for every Running VMI on every scrape
         # and logs an error for each failure: measured by page sampling (ch_launcher.dirtyrate).
         try:
@@ -292,7 +293,8 @@ class CmdServicer(cmd_grpc.CmdServicer):
         return pb.DirtyRateStatsResponse(response=pb.Response(success=True), dirtyRateMbs=rate)
 
     async def GetFilesystems(self, request: pb.EmptyRequest,  # noqa: N802
-                             context: Context[pb.EmptyRequest, pb.GuestFilesystemsResponse]) -> pb.GuestFilesystemsResponse:
+                             context: Context[pb.EmptyRequest, pb.GuestFilesystemsResponse],
+                             ) -> pb.GuestFilesystemsResponse:
         # Must succeed, or virt-handler drops the VMI's metrics (contract §12). No agent: no list.
         return pb.GuestFilesystemsResponse(response=pb.Response(success=True), guestFilesystemsResponse="[]")
 
@@ -413,7 +415,7 @@ class _Contact(grpc.aio.ServerInterceptor):
         if self.armed and self.callback is not None:
             try:
                 self.callback()
-            except Exception:  # noqa: BLE001 - an observer must not break the command server
+            except Exception:  # an observer must not break the command server
                 log.exception("the contact callback failed")
         return await continuation(handler_call_details)
 

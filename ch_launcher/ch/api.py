@@ -293,7 +293,8 @@ class CloudHypervisorClient:
     def add_vsock(self, vsock: VsockConfig | dict[str, Any], *, timeout: float | None = None) -> PciDeviceInfo | None:
         return self._add("vm.add-vsock", vsock, timeout)
 
-    def add_device(self, device: DeviceConfig | dict[str, Any], *, timeout: float | None = None) -> PciDeviceInfo | None:
+    def add_device(self, device: DeviceConfig | dict[str, Any], *,
+                   timeout: float | None = None) -> PciDeviceInfo | None:
         """`PUT vm.add-device`: a VFIO device by sysfs path."""
         return self._add("vm.add-device", device, timeout)
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 from decimal import Decimal
+from typing import Any
 
 from ch_launcher.ch.vmconfig import VmConfig
-from ch_launcher.convert.topology import HostTopology
 from ch_launcher.convert.errors import Degradation, Reason, UnsupportedFeature, UnsupportedFeatures
 from ch_launcher.convert.plan import DhcpSpec, HostTuning, Step
+from ch_launcher.convert.topology import HostTopology
 from ch_launcher.kubevirt import paths
 from ch_launcher.kubevirt.domain import DomainDisk, DomainHostDevice, DomainInterface
 from ch_launcher.kubevirt.quantity import parse_quantity

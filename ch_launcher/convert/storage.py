@@ -47,19 +47,13 @@ from typing import Any
 
 from ch_launcher.ch.vmconfig import DiskConfig, ImageType
 from ch_launcher.convert import expansion
-from ch_launcher.convert.cloudinit import (
-    CLOUD_INIT_KINDS, access_credentials, cloud_init_step, first_cloud_init_volume,
-)
+from ch_launcher.convert.cloudinit import CLOUD_INIT_KINDS, access_credentials, cloud_init_step, first_cloud_init_volume
 from ch_launcher.convert.context import Translation
 from ch_launcher.convert.hotplug_volumes import hotplug_path, hotplug_ready, is_hotplugged, volume_status
-from ch_launcher.convert.plan import (
-    BuildIso, CreateOverlay, CreateSparseImage, ExpandImage, RequireFile, Step,
-)
+from ch_launcher.convert.plan import BuildIso, CreateOverlay, CreateSparseImage, ExpandImage, RequireFile, Step
 from ch_launcher.kubevirt.domain import DomainDisk
 from ch_launcher.kubevirt.quantity import MiB, quantity_bytes
-from ch_launcher.kubevirt.vmi import (
-    DNS1123_LABEL_RULE, Disk, Volume, VolumeStatus, is_dns1123_label,
-)
+from ch_launcher.kubevirt.vmi import DNS1123_LABEL_RULE, Disk, Volume, VolumeStatus, is_dns1123_label
 
 MAX_IMAGE_BYTES = 2**63 - 2**20  # the largest file size (off_t), in whole MiB
 MAX_SERIAL_BYTES = 20  # VIRTIO_BLK_ID_BYTES; Cloud Hypervisor refuses longer (vmm/src/config.rs@v53.0)

@@ -149,7 +149,7 @@ def _go_ipnet(value: Any) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface |
     if mask in (None, ""):
         raise ValueError(f"address {ip} has no mask")
     raw = base64.b64decode(mask, validate=True)
-    prefix = bin(int.from_bytes(raw, "big")).count("1")
+    prefix = int.from_bytes(raw, "big").bit_count()
     return ipaddress.ip_interface(f"{ip}/{prefix}")
 
 

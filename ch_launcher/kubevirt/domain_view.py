@@ -24,7 +24,7 @@ class LifeCycle(str, enum.Enum):
     BLOCKED = "Blocked"
     PAUSED = "Paused"
     SHUTTING_DOWN = "ShuttingDown"  # Go constant `Shutdown`
-    SHUTDOWN = "ShuttingDown"  # alias with the Go constant's name
+    SHUTDOWN = "ShuttingDown"  # noqa: PIE796 - an alias with the Go constant's name
     SHUTOFF = "Shutoff"
     CRASHED = "Crashed"
     PMSUSPENDED = "PMSuspended"

@@ -160,7 +160,8 @@ class MigrationOptions:
             data = {}
         if not isinstance(data, dict):
             raise InvalidOptions("no valid migration options object present in command server request: json: "
-                                 f"cannot unmarshal {type(data).__name__} into Go value of type cmdclient.MigrationOptions")
+                                 f"cannot unmarshal {type(data).__name__} into Go value of type "
+                                 "cmdclient.MigrationOptions")
 
         def number(key: str, default: int) -> int:
             value = data.get(key)
