@@ -27,7 +27,7 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from admission.kube import KubeClient, KubeError
@@ -38,6 +38,9 @@ CA_VALIDITY = datetime.timedelta(days=3650)
 SERVING_VALIDITY = datetime.timedelta(days=365)
 RENEW_BEFORE = datetime.timedelta(days=30)
 BACKDATE = datetime.timedelta(minutes=5)  # tolerate clock skew between nodes
+# Keys that sign X.509 certificates: make_ca's ECDSA, and what a CA put in the Secret by hand may hold
+_SIGNING_KEYS = (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey, dsa.DSAPrivateKey, ed25519.Ed25519PrivateKey,
+                 ed448.Ed448PrivateKey)
 
 
 class CertError(RuntimeError):
@@ -99,12 +102,12 @@ def make_ca(common_name: str = "kubevirt-ch admission CA") -> tuple[bytes, bytes
 def make_serving(ca_cert_pem: bytes, ca_key_pem: bytes, names: list[str],
                  validity: datetime.timedelta = SERVING_VALIDITY) -> tuple[bytes, bytes]:
     """A serving certificate for `names` (DNS SANs; IP addresses become IP SANs) signed by the CA.
-    Raises ValueError when the CA's certificate or key is unreadable or the key is not ECDSA (make_ca's)."""
+    Raises ValueError when the CA's certificate or key is unreadable or the key cannot sign."""
     import ipaddress
     ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
-    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise ValueError(f"the CA key is {type(ca_key).__name__}, not an ECDSA key")
+    if not isinstance(ca_key, _SIGNING_KEYS):
+        raise ValueError(f"the CA key ({type(ca_key).__name__}) cannot sign certificates")
     key = ec.generate_private_key(ec.SECP256R1())
     sans: list[x509.GeneralName] = []
     for n in names:

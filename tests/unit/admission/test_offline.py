@@ -202,3 +202,17 @@ def test_the_vfio_and_dedicated_cpu_examples_are_admitted_with_the_warnings_they
     assert [line.removeprefix("  warning: ") for line in lines[1:-1]] == [*ADMITTED_SINCE_THE_PROCESS_MODEL[name],
                                                                          NO_DISPLAY]
     assert lines[-1] == "1 checked, 0 denied"
+
+
+def test_check_closes_each_file_it_reads(tmp_path):
+    import gc
+    import warnings
+
+    path = tmp_path / "vmi.yaml"
+    path.write_text(yaml.safe_dump(b.vmi(annotations=b.CH)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, _ = run(["check", str(path)])
+        gc.collect()
+    assert code == 0
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], "a file was left open"
