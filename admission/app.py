@@ -183,8 +183,9 @@ class Server:
         """The Event posts still running (serve() cancels them when it stops)."""
         return tuple(self._background)
 
-    async def kubevirt_status(self) -> KubeVirtStatus | None:
-        return await self.kubevirt.get() if self.kubevirt is not None else None
+    async def kubevirt_status(self, max_age: float | None = None) -> KubeVirtStatus | None:
+        """The cluster's KubeVirt (read at most `max_age` seconds ago, if given), None without an API client."""
+        return await self.kubevirt.get(max_age) if self.kubevirt is not None else None
 
     def _report(self, fetched: KubeVirtStatus, effective: KubeVirtStatus) -> None:
         """After every read of the KubeVirt CR: the cluster-wide conditions to the log, the
@@ -264,7 +265,8 @@ def make_app(server: Server) -> web.Application:
 
     async def validate(request: web.Request) -> web.Response:
         req = await _read_review(request)
-        status = await server.kubevirt_status() if rules.wants_kubevirt_status(req) else None
+        wanted = rules.wants_kubevirt_status(req)
+        status = await server.kubevirt_status(wanted.max_age) if wanted is not None else None
         outcome = rules.validate(req, server.config, status)
         request["verdict"] = outcome.verdict
         _log_outcome("/validate", req, outcome)

@@ -1,8 +1,10 @@
 """What the webhooks know about the cluster's KubeVirt, and the version gate built on it. Pure.
 
 `KubeVirtStatus` is read from the KubeVirt CR (`kube.py` reads it, `app.py` caches it):
-`status.observedKubeVirtVersion` and the network binding plugins' declared memory overheads
-(`spec.configuration.network.binding[<name>].computeResourceOverhead.requests.memory`).
+`status.observedKubeVirtVersion`, the network binding plugins' declared memory overheads
+(`spec.configuration.network.binding[<name>].computeResourceOverhead.requests.memory`) and the
+resource names of the permitted host devices (`spec.configuration.permittedHostDevices`), which
+tell the translator which host devices are USB.
 
 Version gate (`ecosystem.md` §7.2, handler-launcher skew): Cloud Hypervisor objects are refused
 when the observed version is outside `kubevirt.supportedVersions`, or cannot be read; objects
@@ -35,6 +37,7 @@ from typing import Any
 
 from admission.selection import get, object_at
 from admission.versions import VersionRange
+from ch_launcher.convert import PermittedHostDevices
 from ch_launcher.kubevirt.quantity import quantity_bytes
 
 DEPLOYMENT_CONFIGS = ("targetDeploymentConfig", "observedDeploymentConfig")
@@ -80,6 +83,21 @@ def kubevirt_launcher_image(cr: Any) -> LauncherImage:
                          "the KubeVirt resource has no status.targetDeploymentConfig or observedDeploymentConfig")
 
 
+def permitted_host_devices(cr: Any) -> PermittedHostDevices:
+    """The `resourceName`s of a KubeVirt CR's `spec.configuration.permittedHostDevices` lists
+    (`pciHostDevices`, `mediatedDevices`, `usb`: kubevirt `staging/src/kubevirt.io/api/core/v1/types.go`
+    @d923fdb815cd). Never raises: an entry without a string `resourceName` (the CRD requires
+    one) is skipped."""
+    permitted = get(cr, "spec", "configuration", "permittedHostDevices")
+
+    def names(key: str) -> frozenset[str]:
+        entries = get(permitted, key)
+        return frozenset(e["resourceName"] for e in entries if isinstance(e, dict) and isinstance(
+            e.get("resourceName"), str) and e["resourceName"]) if isinstance(entries, list) else frozenset()
+
+    return PermittedHostDevices(pci=names("pciHostDevices"), mediated=names("mediatedDevices"), usb=names("usb"))
+
+
 def _version_suffix(version: str) -> str:
     """`AddVersionSeparatorPrefix`: a tag gets `:`; a template (`{{if ...`) is left as it is."""
     return version if version.startswith("{{if") else f":{version}"
@@ -96,6 +114,8 @@ class KubeVirtStatus:
     update_methods: tuple[str, ...] = ()  # spec.workloadUpdateStrategy.workloadUpdateMethods
     # virt-controller's launcher image (status.targetDeploymentConfig / observedDeploymentConfig)
     launcher_image: LauncherImage = field(default_factory=lambda: LauncherImage(None, error="not read"))
+    # spec.configuration.permittedHostDevices (which host-device resources are USB)
+    host_devices: PermittedHostDevices = field(default_factory=PermittedHostDevices)
 
     @classmethod
     def from_cr(cls, cr: Any) -> KubeVirtStatus:
@@ -118,10 +138,12 @@ class KubeVirtStatus:
         methods = get(cr, "spec", "workloadUpdateStrategy", "workloadUpdateMethods")
         methods = tuple(m for m in methods if isinstance(m, str)) if isinstance(methods, list) else ()
         launcher = kubevirt_launcher_image(cr)
+        devices = permitted_host_devices(cr)
         if not isinstance(version, str) or not version:
             return cls(bindings=bindings, ratio=ratio, update_methods=methods, launcher_image=launcher,
-                       error="the KubeVirt resource has no status.observedKubeVirtVersion yet")
-        return cls(version=version, bindings=bindings, ratio=ratio, update_methods=methods, launcher_image=launcher)
+                       host_devices=devices, error="the KubeVirt resource has no status.observedKubeVirtVersion yet")
+        return cls(version=version, bindings=bindings, ratio=ratio, update_methods=methods, launcher_image=launcher,
+                   host_devices=devices)
 
 
 def version_problem(status: KubeVirtStatus | None, supported: VersionRange) -> str | None:

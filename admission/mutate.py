@@ -38,7 +38,7 @@ from admission.overhead import CHSettings, ch_overhead, kubevirt_constants_for, 
 from admission.review import AdmissionRequest, Cause, allow, deny, deny_invalid
 from admission.rules import Outcome
 from admission.selection import ANNOTATION, VALUE, annotations_of, get, hypervisor, object_at
-from ch_launcher.convert import check
+from ch_launcher.convert import LauncherEnv, check
 from ch_launcher.convert.runtime import runtime_processes_needed
 from ch_launcher.kubevirt.quantity import format_bytes, quantity_bytes
 from ch_launcher.kubevirt.vmi import InvalidVMI, parse_vmi
@@ -155,7 +155,7 @@ def mutate_pod(request: AdmissionRequest, config: Config, needs: NeedsVMI, vmi: 
     problem = version_problem(kubevirt, config.kubevirt.version_range)
     if problem:
         return Outcome(deny(uid, f"{where}: {problem}", 403, "Forbidden"), "denied")
-    verdict = check(vmi)
+    verdict = check(vmi, LauncherEnv(permitted_host_devices=kubevirt.host_devices) if kubevirt is not None else None)
     warnings = [w.message if not w.field or w.field in w.message else f"{w.field}: {w.message}"
                 for w in verdict.warnings]
     if verdict.problems:

@@ -8,6 +8,11 @@ cause's field path and each warning; exit status 1 when any object is denied, 2 
 cannot be read or is not what `kubectl apply -f` takes: no object at all (an empty file), a
 document that is not an object (a YAML list, a bare string), an object without kind or
 apiVersion. Nothing is printed on standard output then; the error names the document.
+Without a cluster, `check` does not know which host-device resources are USB and warns about
+every `hostDevices` entry; `--kubevirt-cr FILE` (the cluster's KubeVirt CR, e.g. `kubectl get
+kubevirt -n kubevirt kubevirt -o yaml`) tells it, as the server's read of the CR tells the
+webhook, so a USB one is refused as the webhook refuses it (the CR's KubeVirt version gates
+nothing offline). A file without exactly one KubeVirt is an input error (exit 2).
 `overhead` prints, per VMI (owners: their template; both with virt-api's defaults, as the VMI is
 stored), the Cloud Hypervisor overhead beside
 KubeVirt's QEMU figure term by term, their totals and ratio (the same input errors: exit 2).
@@ -23,6 +28,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from admission.cluster import KubeVirtStatus
 from admission.config import Config, ConfigError, load_config
 from admission.kubevirt_defaults import with_virt_api_defaults
 from admission.overhead import KUBEVIRT_CONSTANTS, ROWS, CHSettings, ch_overhead, kubevirt_overhead
@@ -128,9 +134,20 @@ def _inputs(ns: argparse.Namespace) -> tuple[Config, list[tuple[str, dict[str, A
     return config, objects
 
 
+def kubevirt_cr(path: str) -> KubeVirtStatus:
+    """The KubeVirt CR in a file (alone, in a List, or among other objects). Raises InputError
+    unless there is exactly one."""
+    found = [(label, doc) for label, doc in documents(path) if _kind(doc) == "KubeVirt"]
+    if len(found) != 1:
+        where = "none" if not found else ", ".join(label for label, _ in found)
+        raise InputError(f"{path}: --kubevirt-cr takes a file with the cluster's one KubeVirt object, found {where}")
+    return KubeVirtStatus.from_cr(found[0][1])
+
+
 def check_main(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     try:
         config, objects = _inputs(ns)
+        kubevirt = kubevirt_cr(ns.kubevirt_cr) if ns.kubevirt_cr else None
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -145,7 +162,7 @@ def check_main(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         checked += 1
         # a VMI as virt-api writes it before the webhook sees it
         seen = with_virt_api_defaults(doc) if doc["kind"] == "VirtualMachineInstance" else doc
-        response = validate(parse_review(_review(seen)), config).review["response"]
+        response = validate(parse_review(_review(seen)), config, kubevirt, version_gate=False).review["response"]
         if response["allowed"]:
             print(f"{label}: {_name(seen)}: allowed", file=out)
         else:
