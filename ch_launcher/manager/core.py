@@ -21,7 +21,7 @@ from ch_launcher import lifecycle
 from ch_launcher.kubevirt.domain import (
     GracePeriod, GuestPanicInfo, LifeCycle, Reason, deleted_domain_view, domain_json, now_rfc3339,
 )
-from ch_launcher.lifecycle import Intent, Step, VmState
+from ch_launcher.lifecycle import ALIVE, Intent, Step, VmState
 from ch_launcher.manager import features
 from ch_launcher.manager.dirty import DirtyRateMeter
 from ch_launcher.manager.guest import GuestServices
@@ -136,8 +136,7 @@ class DomainManager(VmSteps, VmmObservations, LiveChanges, Migrating):
         """stats.DomainStats JSON of the running VM, or "" when there is none (contract §12).
         Counters the VMM cannot give within `timeout` are left out, never an error."""
         vmm, plan, vmi = self._host.current, self._plan, self._vmi
-        if vmm is None or plan is None or vmi is None or self._vm.state not in (
-                VmState.RUNNING, VmState.PAUSED, VmState.PANICKED):
+        if vmm is None or plan is None or vmi is None or self._vm.state not in ALIVE:
             return ""
         counters = None
         try:
@@ -153,7 +152,7 @@ class DomainManager(VmSteps, VmmObservations, LiveChanges, Migrating):
 
     def _running_vmm_pid(self) -> int | None:
         vmm = self._host.current
-        if vmm is None or self._vm.state not in (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED):
+        if vmm is None or self._vm.state not in ALIVE:
             return None
         return vmm.pid
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ch_launcher.kubevirt import migration as km
 from ch_launcher.kubevirt.domain import Reason, now_rfc3339
-from ch_launcher.lifecycle import NOT_RUNNING, VmState
+from ch_launcher.lifecycle import ALIVE, NOT_RUNNING, VmState
 from ch_launcher.manager.settings import CommandFailed
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ async def cancel(manager: Any, vmi: VirtualMachineInstance) -> str:
         return "not migrating"
     if meta.abort_status in (km.ABORT_IN_PROGRESS, km.ABORT_SUCCEEDED):
         return f"abort already {meta.abort_status.lower()}"
-    outgoing.abort("Live migration has been aborted")
+    outgoing.abort(km.ABORTED_REASON)
     return "abort requested"
 
 
@@ -219,7 +219,7 @@ class Outgoing:
         m = self.manager
         self.finish(failed=False, publish=False)
         m._vm.migration_paused = False
-        if m._vm.state in (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED):
+        if m._vm.state in ALIVE:
             m._vm.down = Reason.MIGRATED
             m._set_state(VmState.DOWN, force=True)
         else:
@@ -318,7 +318,7 @@ class Outgoing:
         if idle is None or idle >= self.options.progress_timeout:
             log.warning("Aborting migration %s: stuck for %d seconds", self.uid, self.options.progress_timeout)
             if self.manager._vm.migration.abort_status not in (km.ABORT_IN_PROGRESS, km.ABORT_SUCCEEDED):
-                self.abort("Live migration has been aborted")
+                self.abort(km.ABORTED_REASON)
             return
         self._progress_timer = loop.call_later(self.options.progress_timeout - idle, self._check_progress)
 

@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Any
 from ch_launcher import lifecycle
 from ch_launcher.kubevirt.domain import GuestPanicInfo, Reason
 from ch_launcher.kubevirt.log import log_subcomponent_line
-from ch_launcher.lifecycle import VmState
+from ch_launcher.lifecycle import ALIVE, VmState
 from ch_launcher.manager.settings import CommandFailed
-from ch_launcher.manager.steps import ALIVE
 from ch_launcher.manager.view import describe_exit
 
 if TYPE_CHECKING:
@@ -126,7 +125,7 @@ class VmmObservations:
             vm.soft_reboot = False
             self._runner.background(self._runner.locked("SoftReboot", self._reboot_fresh))
             return
-        if vm.state in (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED):
+        if vm.state in ALIVE:
             vm.down = lifecycle.down_reason(saw_shutdown=vm.saw_shutdown, killing=vm.killing, state=vm.state,
                                             exit_code=code, vmm_failed=vm.failure is not None,
                                             crash_destroy=vm.crash_destroy)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ch_launcher import lifecycle
 from ch_launcher.ch import versions
-from ch_launcher.lifecycle import VmState
+from ch_launcher.lifecycle import ALIVE, VmState
 from ch_launcher.manager import features
 from ch_launcher.manager.pod import read_pod_facts, release_memory
 from ch_launcher.manager.settings import CommandFailed
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ch_launcher.manager.core")
 
-ALIVE = (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED)  # a VMM runs the VM
 _EVENT_OF_CALL = {"pause": "vm:paused", "resume": "vm:resumed"}  # the state-changing event of a call
 RELEASE_WAIT = 5.0  # seconds a boot's release_memory() waits for its Domain event to reach virt-handler
 
