@@ -55,7 +55,7 @@ from ch_launcher.convert.hotplug_volumes import hotplug_path, hotplug_ready, is_
 from ch_launcher.convert.plan import (
     BuildIso, CreateOverlay, CreateSparseImage, ExpandImage, RequireFile, Step,
 )
-from ch_launcher.kubevirt.domain import DomainDisk
+from ch_launcher.kubevirt.domain_view import DomainDisk
 from ch_launcher.kubevirt.quantity import MiB, quantity_bytes
 from ch_launcher.kubevirt.vmi import (
     DNS1123_LABEL_RULE, Disk, Volume, VolumeStatus, is_dns1123_label,
