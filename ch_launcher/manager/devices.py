@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ch_launcher.convert import LauncherOptions, Plan
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
 
-log = logging.getLogger("ch_launcher.manager.core")
+log = logging.getLogger(__name__)
 
 
 async def sync(m: Any, vmi: VirtualMachineInstance, options: LauncherOptions) -> bool:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ch_launcher.convert import LauncherOptions
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
 
-log = logging.getLogger("ch_launcher.manager.core")
+log = logging.getLogger(__name__)
 
 
 def device_facts(vmi: VirtualMachineInstance) -> tuple[Any, ...]:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ch_launcher.convert import LauncherOptions
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
 
-log = logging.getLogger("ch_launcher.manager.core")
+log = logging.getLogger(__name__)
 
 
 class Migrating:

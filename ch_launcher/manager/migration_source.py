@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
     from ch_launcher.migration.relay import Relay
 
-log = logging.getLogger("ch_launcher.manager.core")
+log = logging.getLogger(__name__)
 
 MIN_VERSION = 53  # v53's send-migration returns at once; before, it blocks the whole API
 FAILURE_LINE = re.compile(r"Migration failed: (.*)")

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
     from ch_launcher.migration.relay import Relay
 
-log = logging.getLogger("ch_launcher.manager.core")
+log = logging.getLogger(__name__)
 
 READY_WAIT = 10.0          # s for the VMM to listen after vm.receive-migration
 RECEIVE_TIMEOUT = 24 * 3600.0  # the receive answers when the migration ends, however long

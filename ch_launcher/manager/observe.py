@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ch_launcher.ch.events import Event
     from ch_launcher.ch.process import VmmProcess
 
-log = logging.getLogger("ch_launcher.manager.core")
+log = logging.getLogger(__name__)
 
 
 class VmmObservations:

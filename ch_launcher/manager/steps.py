@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ch_launcher.convert import LauncherOptions, Plan
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
 
-log = logging.getLogger("ch_launcher.manager.core")
+log = logging.getLogger(__name__)
 
 _EVENT_OF_CALL = {"pause": "vm:paused", "resume": "vm:resumed"}  # the state-changing event of a call
 RELEASE_WAIT = 5.0  # seconds a boot's release_memory() waits for its Domain event to reach virt-handler
