@@ -67,11 +67,45 @@ def test_a_boot_longer_than_the_budget_answers_and_its_failure_comes_with_the_ne
             assert done == "still starting the VM in the background"
             with pytest.raises(CommandFailed, match="busy with SyncVMI"):
                 await manager.execute(Intent.PAUSE, vmi, budget=0.2)
-            assert await manager.wait_until(lambda: manager._start_error is not None, 10)
+            # The next Sync waits for the boot; its failure, kept before the lock is released, is the answer.
             with pytest.raises(CommandFailed, match="booting the VM failed"):
                 await manager.execute(Intent.SYNC, vmi, budget=5)
             assert manager.domain_json == "" and sink.domains == []
             assert [e["reason"] for e in sink.k8s] == ["BootFailed"]
+        finally:
+            await manager.close()
+
+    asyncio.run(story())
+
+
+def _requests(layout, endpoint):
+    log = layout.root / "requests.jsonl"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [json.loads(line) for line in lines if json.loads(line)["path"].endswith("/" + endpoint)]
+
+
+def test_a_sync_whose_caller_hung_up_keeps_its_failure_for_the_next_sync(layout):
+    # virt-handler hanging up mid-call cancels the RPC's handler: the boot goes on, and its
+    # failure comes with the next Sync, as for a boot that outlived its budget (not a second boot).
+    raw = make_vmi()
+    manager, sink = _manager(layout, raw, boot_timeout=1.5, stop_timeout=0.5, vmm_env={
+        "FAKE_CH_HANG_ENDPOINT": "vm.boot", "FAKE_CH_REQUEST_LOG": str(layout.root / "requests.jsonl")})
+    vmi = parse_vmi(raw)
+
+    async def story():
+        await manager.start()
+        try:
+            rpc = asyncio.ensure_future(manager.execute(Intent.SYNC, vmi, budget=15))
+            async with asyncio.timeout(10):
+                while not _requests(layout, "vm.boot"):  # the simulated VMM's own record
+                    await asyncio.sleep(0.02)
+            rpc.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await rpc
+            with pytest.raises(CommandFailed, match="booting the VM failed"):
+                await manager.execute(Intent.SYNC, vmi, budget=10)
+            assert len(_requests(layout, "vm.boot")) == 1
+            assert [e["reason"] for e in sink.k8s] == ["BootFailed"] and manager.domain_json == ""
         finally:
             await manager.close()
 
