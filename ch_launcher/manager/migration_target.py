@@ -50,11 +50,13 @@ async def prepare(manager: Any, vmi: VirtualMachineInstance, options: LauncherOp
     if manager._vm.state not in (VmState.UNDEFINED, VmState.DOWN):
         raise CommandFailed("a VM already runs in this pod: it cannot be a migration target")
     from ch_launcher.convert import LauncherOptions as Options
+    from ch_launcher.manager.live import device_facts
 
     manager._vmi = vmi
     manager._options = options or Options()
     manager._plan = await manager._translate(vmi, manager._options)
     manager._planned_vmi = vmi
+    manager._devices_seen = device_facts(vmi)  # what the VM arrives with: no device work yet
     await manager._prepare_files()
     vmm = await manager._ensure_vmm()
     incoming = Incoming(manager, vmi, vmm)
