@@ -256,6 +256,10 @@ class Incoming:
 
         m._runner.background(withdraw())
 
+    def job_info(self) -> None:
+        """No outgoing migration job here: the stats carry zeros (`MigrateDomainJobInfo`)."""
+        return None
+
     async def close(self) -> None:
         if self.relay is not None:
             self.relay.close()

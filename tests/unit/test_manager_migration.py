@@ -88,3 +88,11 @@ def test_a_received_vm_is_not_translated_again_by_the_first_sync(layouts, monkey
 
     _after_a_migration(layouts, then)
 
+
+def test_the_received_vms_stats_are_served_with_no_migration_job(layouts):
+    # virt-handler scrapes GetDomainStats of every running VMI, the one that moved here included.
+    async def then(target, vmi):
+        stats = json.loads(await target.domain_stats(timeout=5))
+        assert stats["Name"] == "default_migvmi" and stats["MigrateDomainJobInfo"]["DataProcessedSet"] is False
+
+    _after_a_migration(layouts, then)
