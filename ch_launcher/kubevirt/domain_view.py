@@ -1,7 +1,6 @@
 """The `api.Domain` view of a VM as data (`DomainView` and the device descriptions the translator
-makes), with KubeVirt's LifeCycle and Reason and libvirt's RFC 3339 times (`kubevirt.times`,
-named here too); `kubevirt.domain` encodes it as the JSON virt-handler decodes (and re-exports
-every name here).
+makes), with KubeVirt's LifeCycle and Reason and libvirt's RFC 3339 times; `kubevirt.domain`
+encodes it as the JSON virt-handler decodes (and re-exports every name here).
 """
 
 from __future__ import annotations
@@ -9,14 +8,15 @@ from __future__ import annotations
 import enum
 import platform
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
-from ch_launcher.kubevirt.times import now_rfc3339 as now_rfc3339, rfc3339 as rfc3339  # re-exported
 
-if TYPE_CHECKING:
-    from datetime import datetime
+class MigrationView(Protocol):
+    """The Domain's `Spec.Metadata.KubeVirt.Migration` (`kubevirt.migration.MigrationMetadata`,
+    which imports this module for its times: named by what the encoder needs of it)."""
 
-    from ch_launcher.kubevirt.migration import MigrationMetadata
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 class LifeCycle(str, enum.Enum):
@@ -63,6 +63,32 @@ class Reason(str, enum.Enum):
     STARTING_UP = "StartingUp"
     POSTCOPY = "Postcopy"
     POSTCOPY_FAILED = "PostcopyFailed"
+
+
+def rfc3339(when: datetime | str) -> str:
+    """A `metav1.Time` as Go encodes it: RFC 3339, UTC, whole seconds (`2026-08-22T10:00:00Z`).
+
+    Accepts an aware datetime, a naive one (taken as UTC), or an RFC 3339 string (re-encoded in
+    UTC). Raises ValueError for a string that is not RFC 3339.
+    """
+    if isinstance(when, str):
+        try:
+            parsed = datetime.fromisoformat(when.replace("z", "Z"))
+        except ValueError:
+            raise ValueError(f"not an RFC 3339 time: {when!r}") from None
+        if parsed.tzinfo is None:
+            raise ValueError(f"RFC 3339 time without a zone: {when!r}")
+        when = parsed
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    u = when.astimezone(UTC)
+    # Formatted by hand: strftime's %Y does not zero-pad years below 1000 on glibc.
+    return f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}Z"
+
+
+def now_rfc3339() -> str:
+    """The current time as a `metav1.Time` string."""
+    return rfc3339(datetime.now(UTC))
 
 
 @dataclass(frozen=True)
@@ -198,7 +224,7 @@ class DomainView:
     panic_info: GuestPanicInfo | None = None
     panic_models: tuple[str, ...] = ()  # Spec.Devices.PanicDevices[].Model
     defined: bool = True
-    migration: MigrationMetadata | None = None  # Spec.Metadata.KubeVirt.Migration
+    migration: MigrationView | None = None  # Spec.Metadata.KubeVirt.Migration
 
     def __post_init__(self) -> None:
         # Frozen dataclass: coerce in place once, so equality and hashing see tuples and enums.

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
-from ch_launcher.kubevirt.times import rfc3339
+from ch_launcher.kubevirt.domain_view import rfc3339
 from ch_launcher.kubevirt.quantity import parse_quantity
 
 DIRECT_MIGRATION_PORT = 49152  # LibvirtDirectMigrationPort: the memory stream
