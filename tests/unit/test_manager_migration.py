@@ -82,7 +82,8 @@ def test_a_received_vm_is_not_translated_again_by_the_first_sync(layouts, monkey
     async def then(target, vmi):
         translations = []
         translate = ch_launcher.convert.translate
-        monkeypatch.setattr(ch_launcher.convert, "translate", lambda *args: translations.append(args) or translate(*args))
+        monkeypatch.setattr(ch_launcher.convert, "translate",
+                            lambda *args: translations.append(args) or translate(*args))
         assert await target.execute(Intent.SYNC, vmi, budget=15) == "refresh-grace"
         assert translations == []
 
