@@ -323,7 +323,7 @@ def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:
 async def supervise(manager: DomainManager, settings: Settings, stop: asyncio.Event,
                     early_exit: asyncio.Event) -> int:
     """Steps 2-4 of the module docstring; returns the exit status."""
-    from ch_launcher.lifecycle import Intent, VmState
+    from ch_launcher.lifecycle import ALIVE, Intent
 
     loop = asyncio.get_running_loop()
     # 2. a VM must be defined within --qemu-timeout
@@ -343,7 +343,6 @@ async def supervise(manager: DomainManager, settings: Settings, stop: asyncio.Ev
         log.error("timed out waiting for domain to be defined (no VM booted within %gs)", settings.qemu_timeout)
         return EXIT_TIMEOUT
 
-    alive = (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED)
     grace_timer: asyncio.TimerHandle | None = None
 
     def kill_after_grace() -> None:
@@ -358,8 +357,8 @@ async def supervise(manager: DomainManager, settings: Settings, stop: asyncio.Ev
     try:
         while True:
             # 3. watch the VM until it is down (or gone)
-            while manager.state in alive:
-                waits = {asyncio.ensure_future(manager.wait_until(lambda: manager.state not in alive))}
+            while manager.state in ALIVE:
+                waits = {asyncio.ensure_future(manager.wait_until(lambda: manager.state not in ALIVE))}
                 if grace_timer is None:  # until SIGTERM; afterwards only the VM's end matters
                     waits.add(asyncio.ensure_future(stop.wait()))
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -370,16 +369,16 @@ async def supervise(manager: DomainManager, settings: Settings, stop: asyncio.Ev
                     grace_timer = loop.call_later(max(0, settings.grace_period_seconds), kill_after_grace)
             # 4. the final notification (Delete from virt-handler), unless the VM comes back
             def finished() -> bool:
-                return manager.forgotten.is_set() or manager.state in alive
+                return manager.forgotten.is_set() or manager.state in ALIVE
             await manager.wait_until(finished, FINAL_NOTIFY_WAIT)
-            if manager.state in alive:
+            if manager.state in ALIVE:
                 continue
             if not manager.forgotten.is_set():
                 log.info("Timed out waiting for final delete notification. Attempting to kill domain")
                 with contextlib.suppress(Exception):
                     await manager.execute(Intent.KILL, None, budget=20.0)
                 await manager.wait_until(finished, FINAL_NOTIFY_WAIT_AFTER_KILL)
-                if manager.state in alive:
+                if manager.state in ALIVE:
                     continue
             break
     finally:

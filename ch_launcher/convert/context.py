@@ -20,7 +20,7 @@ from ch_launcher.convert.errors import Degradation, Reason, UnsupportedFeature, 
 from ch_launcher.convert.plan import DhcpSpec, HostTuning, Step
 from ch_launcher.convert.topology import HostTopology
 from ch_launcher.kubevirt import paths
-from ch_launcher.kubevirt.domain import DomainDisk, DomainHostDevice, DomainInterface
+from ch_launcher.kubevirt.domain_view import DomainDisk, DomainHostDevice, DomainInterface
 from ch_launcher.kubevirt.quantity import parse_quantity
 from ch_launcher.kubevirt.vmi import Quantity, VirtualMachineInstance
 

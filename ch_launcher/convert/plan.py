@@ -12,7 +12,7 @@ from typing import Any
 
 from ch_launcher.ch.vmconfig import VmConfig
 from ch_launcher.convert.errors import Degradation
-from ch_launcher.kubevirt.domain import DomainDisk, DomainHostDevice, DomainInterface
+from ch_launcher.kubevirt.domain_view import DomainDisk, DomainHostDevice, DomainInterface
 
 
 @dataclass(frozen=True)

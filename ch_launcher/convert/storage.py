@@ -51,7 +51,7 @@ from ch_launcher.convert.cloudinit import CLOUD_INIT_KINDS, access_credentials, 
 from ch_launcher.convert.context import Translation
 from ch_launcher.convert.hotplug_volumes import hotplug_path, hotplug_ready, is_hotplugged, volume_status
 from ch_launcher.convert.plan import BuildIso, CreateOverlay, CreateSparseImage, ExpandImage, RequireFile, Step
-from ch_launcher.kubevirt.domain import DomainDisk
+from ch_launcher.kubevirt.domain_view import DomainDisk
 from ch_launcher.kubevirt.quantity import MiB, quantity_bytes
 from ch_launcher.kubevirt.vmi import DNS1123_LABEL_RULE, Disk, Volume, VolumeStatus, is_dns1123_label
 

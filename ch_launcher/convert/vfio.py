@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 
 from ch_launcher.ch.vmconfig import DeviceConfig
-from ch_launcher.kubevirt.domain import DomainHostDevice
+from ch_launcher.kubevirt.domain_view import DomainHostDevice
 
 PCI_RESOURCE_PREFIX = "PCI_RESOURCE"
 MDEV_RESOURCE_PREFIX = "MDEV_PCI_RESOURCE"

@@ -22,7 +22,7 @@ from ch_launcher.convert import podnet
 from ch_launcher.convert.context import Translation
 from ch_launcher.convert.netinfo import DeviceInfo
 from ch_launcher.convert.plan import WaitForSocket
-from ch_launcher.kubevirt.domain import DomainInterface
+from ch_launcher.kubevirt.domain_view import DomainInterface
 from ch_launcher.kubevirt.vmi import Interface
 
 VHOSTUSER_BINDING = "vhostuser"  # the binding name of VEP 307 (used at admission, where no pod exists)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from ch_launcher.kubevirt.domain import rfc3339
+from ch_launcher.kubevirt.domain_view import rfc3339
 from ch_launcher.kubevirt.quantity import parse_quantity
 
 if TYPE_CHECKING:
