@@ -49,13 +49,15 @@ def proxy_socket(share_dir: str, uid: str, port: int = DIRECT_MIGRATION_PORT) ->
 
 
 def migration_uid(vmi: VirtualMachineInstance) -> str:
-    """`MigrationUID`: `sourceState.migrationUID` (decentralized), else `migrationUID`."""
+    """`MigrationUID`: `status.migrationState.sourceState.migrationUID` when `sourceState` is set
+    (a decentralized migration; Go takes it even when empty), else `status.migrationState.migrationUid`;
+    "" without a migration state."""
     state = vmi.status.migrationState
     if state is None:
         return ""
     if state.sourceState is not None:
         return state.sourceState.migrationUID
-    return state.migrationUID
+    return state.migrationUid
 
 
 def target_proxy_uid(vmi: VirtualMachineInstance) -> str:

@@ -46,11 +46,18 @@ RESUME_WAIT = 10.0  # s: a VM the migration paused is resumed right after the fa
 
 async def migrate(host: MigrationHost, vmi: VirtualMachineInstance, options_json: bytes) -> str:
     """Accept a migration (metadata published) and start it in the background; raises
-    CommandFailed for a request that cannot be a migration at all."""
+    CommandFailed for a request that cannot be a migration at all, among them one without a
+    migration UID: virt-handler reads a result only under the UID it knows, so a result under ""
+    would never be read and the migration would hang (Go accepts "", but Go cannot misread its
+    own VMI)."""
     options = _decode(options_json)
     if vmi.status.migrationState is None:
         raise CommandFailed("cannot migrate VMI until migrationState is ready")
     uid = km.migration_uid(vmi)
+    if not uid:
+        raise CommandFailed("cannot migrate VMI without a migration UID: status.migrationState.migrationUid "
+                            "(sourceState.migrationUID for a decentralized migration) is empty, so virt-handler "
+                            "could never match this migration's result")
     record = host.record
     meta = record.migration
     if meta is not None and meta.uid == uid:

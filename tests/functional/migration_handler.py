@@ -72,7 +72,7 @@ def migrating(vmi: dict[str, Any], migration_uid: str) -> dict[str, Any]:
     status["phase"] = "Running"
     status["nodeName"] = "node-a"
     status["migrationTransport"] = "Unix"
-    status["migrationState"] = {"migrationUID": migration_uid, "sourceNode": "node-a", "targetNode": "node-b",
+    status["migrationState"] = {"migrationUid": migration_uid, "sourceNode": "node-a", "targetNode": "node-b",
                                 "sourcePod": SOURCE_POD, "targetPod": TARGET_POD}
     return out
 
