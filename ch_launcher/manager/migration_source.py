@@ -63,8 +63,7 @@ async def migrate(host: MigrationHost, vmi: VirtualMachineInstance, options_json
     if meta is not None and meta.uid == uid:
         if not meta.ended:
             return "the migration is already in progress"
-        raise CommandFailed(f"migration job {uid} already executed, finished at {meta.end}, failed: "
-                            f"{str(meta.failed).lower()}, abortStatus: {meta.abort_status}")
+        raise CommandFailed(meta.already_executed())
     previous = host.migration
     if previous is not None and not previous.ended:
         raise CommandFailed(f"migration {previous.uid} is still in progress")
@@ -118,7 +117,12 @@ class Outgoing:
     # --- start -----------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """The checks that fail the migration at once, then the relay and vm.send-migration."""
+        """The checks that fail the migration at once, then the relay and vm.send-migration. Runs
+        after the start was published, as the Go launcher's `migrate` runs after
+        `initializeMigrationMetadata`: virt-handler should see the migration in progress before it
+        ends. (A Domain that arrives already ended makes virt-handler's next sync call Migrate once
+        more, `isMigrationInProgress` being false, and record the "already executed" answer as a
+        SyncFailed warning: its informer may still skip the start, as with Go.)"""
         host = self.host
         plan, vmm = self.record.plan, host.session
         if plan is not None and plan.migration_blockers:
@@ -320,12 +324,9 @@ class Outgoing:
         if self._progress_timer is not None:
             self._progress_timer.cancel()
         record = self.record
-        meta = record.migration = self._metadata().finished(now_rfc3339(), failed=failed, reason=reason)
+        record.migration = self._metadata().finished(now_rfc3339(), failed=failed, reason=reason)
         if self.relay is not None:
             self.relay.close()
-        if failed:
-            record.k8s_event("Warning", "Migrated", f"VirtualMachineInstance migration uid {self.uid} failed. "
-                             f"reason:{meta.failure_reason}")
         if publish:
             record.publish(force=True)
 

@@ -157,3 +157,12 @@ def test_the_peer_states_key_at_the_top_level_is_not_kubevirts():
     wrong = {k: v for k, v in LOCAL_MIGRATION_STATE.items() if k != "migrationUid"}
     wrong["migrationUID"] = "m"  # what the launcher used to read: no KubeVirt component writes it
     assert km.migration_uid(parse_vmi(go_vmi(wrong))) == ""
+
+
+def test_a_second_call_for_an_ended_migration_is_answered_in_go_launchers_words():
+    meta = km.MigrationMetadata(uid="m-1", start="2026-12-01T10:00:00Z").finished(
+        "2026-12-01T10:00:05Z", failed=True, reason="DisksNotLiveMigratable: ...")
+    # initializeMigrationMetadata: "migration job %v already executed, finished at %v, failed: %t,
+    # abortStatus: %s", the time as metav1.Time prints (time.Time.String)
+    assert meta.already_executed() == ("migration job m-1 already executed, finished at 2026-12-01 10:00:05 "
+                                       "+0000 UTC, failed: true, abortStatus: ")
