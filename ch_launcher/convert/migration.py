@@ -21,7 +21,8 @@ The rules:
 - **virtiofs.** The vhost-user-fs backend's state does not move with Cloud Hypervisor's migration.
 - **vhost-user interfaces** (a backend outside the VMM) likewise; `bridge` on the pod network
   also blocks (KubeVirt's rule: the pod's address does not move, unless the VMI carries
-  `kubevirt.io/allow-pod-bridge-network-live-migration`).
+  `kubevirt.io/allow-pod-bridge-network-live-migration`, with any value:
+  `pkg/network/vmispec/interface.go`: `VerifyVMIMigratable` checks its presence).
 - **Hotplugged volumes:** the target pod's attachment pods are not reproduced by this launcher.
 - **TPM:** swtpm's state is not part of Cloud Hypervisor's migration stream.
 """
@@ -75,7 +76,7 @@ def configure_migration(t: Translation) -> None:
             t.migration_blockers.append((INTERFACE, (f"interface {net.id!r} is vhost-user: its backend's state "
                                                      "does not move with the VM")))
     pod_networks = {n.name for n in spec.networks if n.pod is not None}
-    allowed = vmi.metadata.annotations.get(ALLOW_POD_BRIDGE) == "true"
+    allowed = ALLOW_POD_BRIDGE in vmi.metadata.annotations  # its presence, whatever its value (as KubeVirt)
     for iface in spec.domain.devices.interfaces:
         if iface.bridge is not None and iface.name in pod_networks and not allowed:
             t.migration_blockers.append((INTERFACE, (f"interface {iface.name!r} uses bridge binding on the pod "
