@@ -438,3 +438,51 @@ def test_virtctl_addvolume_on_a_running_vm_is_allowed_with_warnings_for_its_bus_
     warnings = " ".join(response["warnings"])
     assert "disk.bus 'scsi' of a hotplugged disk is attached as virtio-blk" in warnings
     assert "is truncated to 'a-data-volume-longer'" in warnings
+
+
+# --- the cluster's default eviction strategy (KubeVirt CR spec.configuration.evictionStrategy) ---
+
+def drain_warnings(response):
+    return [w for w in response.get("warnings", []) if "a node drain would block on it" in w]
+
+
+@pytest.mark.parametrize("default", ["LiveMigrate", "LiveMigrateIfPossible"])
+def test_a_vmi_that_cannot_migrate_and_takes_the_clusters_migrating_default_is_warned(default):
+    kubevirt = KubeVirtStatus(version="v1.9.0", eviction_strategy=default)
+    response, verdict = decide(b.review(b.vmi(annotations=CH)), kubevirt)
+    assert response["allowed"] is True and verdict == "warned"
+    assert drain_warnings(response) == [
+        f"spec.evictionStrategy is not set, so the cluster's default {default} "
+        "(spec.configuration.evictionStrategy of the KubeVirt CR) applies, but Cloud Hypervisor cannot live-migrate "
+        "this VMI (DisksNotLiveMigratable: volume 'containerdisk' (containerDisk) is local to the pod and writable: "
+        "Cloud Hypervisor cannot copy disks during a migration): a node drain would block on it; set None (the VM "
+        "stops on a drain) or External, or make the VMI migratable"]
+
+
+def test_the_warning_is_at_the_templates_path_for_owners():
+    kubevirt = KubeVirtStatus(version="v1.9.0", eviction_strategy="LiveMigrate")
+    response, _ = decide(b.review(b.vm(b.vmi(annotations=CH))), kubevirt)
+    (warning,) = drain_warnings(response)
+    assert warning.startswith("spec.template.spec.evictionStrategy is not set, so the cluster's default LiveMigrate")
+
+
+@pytest.mark.parametrize("default, own, migratable", [
+    ("None", None, False), ("External", None, False), ("", None, False),   # the default does not migrate
+    ("LiveMigrate", "None", False), ("LiveMigrate", "External", False),   # the VMI's own strategy wins
+    ("LiveMigrate", None, True),                                           # it can migrate
+])
+def test_no_drain_warning_when_the_default_does_not_apply_or_does_not_block(default, own, migratable):
+    vmi = b.vmi(annotations=CH) if not migratable else b.vmi(annotations=CH, volumes=[])
+    if migratable:
+        vmi["spec"]["domain"]["devices"] = {"disks": [], "autoattachPodInterface": False}
+    if own is not None:
+        vmi["spec"]["evictionStrategy"] = own
+    response, _ = decide(b.review(vmi), KubeVirtStatus(version="v1.9.0", eviction_strategy=default))
+    assert response["allowed"] is True and drain_warnings(response) == [], response
+
+
+def test_the_default_eviction_strategy_is_read_from_the_kubevirt_cr():
+    cr = {"spec": {"configuration": {"evictionStrategy": "LiveMigrate"}},
+          "status": {"observedKubeVirtVersion": "v1.9.0"}}
+    assert KubeVirtStatus.from_cr(cr).eviction_strategy == "LiveMigrate"
+    assert KubeVirtStatus.from_cr({"status": {"observedKubeVirtVersion": "v1.9.0"}}).eviction_strategy == ""
