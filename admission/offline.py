@@ -161,7 +161,8 @@ def check_main(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             continue
         checked += 1
         # a VMI as virt-api writes it before the webhook sees it
-        seen = with_virt_api_defaults(doc) if doc["kind"] == "VirtualMachineInstance" else doc
+        default = kubevirt.eviction_strategy if kubevirt is not None else ""
+        seen = with_virt_api_defaults(doc, default) if doc["kind"] == "VirtualMachineInstance" else doc
         response = validate(parse_review(_review(seen)), config, kubevirt, version_gate=False).review["response"]
         if response["allowed"]:
             print(f"{label}: {_name(seen)}: allowed", file=out)

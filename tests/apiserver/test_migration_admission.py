@@ -6,7 +6,10 @@ are KubeVirt's business. Server-side dry runs: virt-api's webhooks and the add-o
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -83,3 +86,54 @@ def test_eviction_without_migration_is_admitted_for_any_cloud_hypervisor_vmi(clu
 def test_a_vmi_on_qemu_is_left_to_kubevirt(cluster):
     r = dry_run(cluster, vmi("evict-on-qemu", "LiveMigrate", CONTAINER_DISK, ch=False))
     assert (r.rc, r.lines) == (0, ["virtualmachineinstance.kubevirt.io/evict-on-qemu created (server dry run)"]), r.out
+
+
+# --- the cluster's default eviction strategy -----------------------------------------------------
+
+
+@contextlib.contextmanager
+def default_eviction(cluster, strategy: str) -> Iterator[None]:
+    """The KubeVirt CR's spec.configuration.evictionStrategy set, and the admission server restarted
+    (it reads the CR at start-up, then every 5 minutes); both undone afterwards."""
+    def set_to(value: str | None) -> None:
+        cluster.ok("patch", "kubevirt", "kubevirt", "-n", "kubevirt", "--type=merge",
+                   "-p", json.dumps({"spec": {"configuration": {"evictionStrategy": value}}}))
+        with cluster.admission_stopped():
+            pass
+
+    set_to(strategy)
+    try:
+        yield
+    finally:
+        set_to(None)
+
+
+def test_the_clusters_migrating_default_refuses_a_vmi_that_cannot_migrate_and_warns_its_vm(cluster):
+    """virt-api writes the KubeVirt CR's evictionStrategy into every new VMI without its own, before
+    the webhooks judge it (setDefaultEvictionStrategy), but not into a VM's template: the VMI is
+    refused saying where its strategy came from, the VM is warned that its VMIs will be."""
+    bare = vmi("evict-default", "LiveMigrate", CONTAINER_DISK)
+    del bare["spec"]["evictionStrategy"]
+    movable = vmi("evict-default-ok", "LiveMigrate", READONLY_ROOT)
+    del movable["spec"]["evictionStrategy"]
+    machine = vm("evict-default-vm", "LiveMigrate", CONTAINER_DISK)
+    del machine["spec"]["template"]["spec"]["evictionStrategy"]
+    with default_eviction(cluster, "LiveMigrate"):
+        r = dry_run(cluster, bare)
+        ok = dry_run(cluster, movable)
+        warned = dry_run(cluster, machine)
+    assert r.rc == 1 and r.lines == [
+        "The request is invalid: spec.evictionStrategy: spec.evictionStrategy is not supported: LiveMigrate (the "
+        "cluster's default, the KubeVirt CR's configuration.evictionStrategy, which virt-api sets in every VMI without "
+        "its own): Cloud Hypervisor cannot live-migrate this VMI (DisksNotLiveMigratable: volume 'root' "
+        "(containerDisk) is local to the pod and writable: Cloud Hypervisor cannot copy disks during a migration), so "
+        "a node drain would block on migrations that fail; use None or External, or make the VMI migratable"], r.out
+    assert (ok.rc, ok.lines) == (0, ["virtualmachineinstance.kubevirt.io/evict-default-ok created (server dry run)"]), \
+        ok.out
+    assert warned.rc == 0 and warned.lines == [
+        "Warning: spec.template.spec.evictionStrategy is not set, so virt-api will set the cluster's default "
+        "LiveMigrate (the KubeVirt CR's configuration.evictionStrategy) in the VMI, which is then refused: Cloud "
+        "Hypervisor cannot live-migrate it (DisksNotLiveMigratable: volume 'root' (containerDisk) is local to the pod "
+        "and writable: Cloud Hypervisor cannot copy disks during a migration), so a node drain would block on it; set "
+        "None (the VM stops on a drain) or External, or make the VMI migratable",
+        "virtualmachine.kubevirt.io/evict-default-vm created (server dry run)"], warned.out
