@@ -5,9 +5,10 @@ pkg/virt-handler/vm.go@d923fdb815cd`: `calculateLiveMigrationCondition`, `checkV
 What Cloud Hypervisor cannot move on top of that is recorded here as `(reason, message)` pairs in
 `Translation.migration_blockers`, with the reason strings of KubeVirt's condition
 (`staging/src/kubevirt.io/api/core/v1/types.go`), so users read the words they know. Nothing is
-refused here: a VMI that cannot migrate still runs. The source launcher fails a migration of such
-a VMI at once with `<reason>: <message>`; the webhook refuses `evictionStrategy: LiveMigrate`
-for it (`policy.py`).
+refused here: a VMI that cannot migrate still runs. The migration webhook refuses the creation
+of a migration of such a VMI in virt-api's words (`admission/migrations.py`); one that starts
+anyway is failed at once by the source launcher with `<reason>: <message>`; the VMI webhook
+refuses `evictionStrategy: LiveMigrate` for it (`policy.py`).
 
 The rules:
 - **Disks.** QEMU copies disks KubeVirt cannot share (containerDisk, emptyDisk, ephemeral,

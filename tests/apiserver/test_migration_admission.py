@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.apiserver.cluster import REPO
+from tests.apiserver.readme import row_showing
 
 pytestmark = pytest.mark.apiserver
 
@@ -73,6 +74,7 @@ def test_a_cloud_hypervisor_vmi_that_cannot_migrate_is_refused_naming_the_field_
     assert f"spec.evictionStrategy is not supported: {strategy}: Cloud Hypervisor cannot live-migrate this VMI" in r.out
     assert "DisksNotLiveMigratable: volume 'root' (containerDisk) is local to the pod" in r.out
     assert "use None or External" in r.out
+    row_showing(r.lines[0])
 
 
 def test_a_virtual_machines_template_is_judged_at_its_own_path(cluster):
@@ -133,6 +135,7 @@ def test_kubectl_create_of_a_migration_cloud_hypervisor_cannot_carry_out_prints_
     assert r.lines == [f'Error from server: error when creating "{path}": admission webhook '
                        f'{MIGRATION_WEBHOOK} denied the request: {MIGRATION_REFUSAL}'], r.out
     assert cluster.kubectl("get", "vmim", "mig-stuck-1", "-n", "default").rc == 1, "nothing was created"
+    row_showing(r.lines[0])
 
 
 def test_a_migratable_cloud_hypervisor_vmi_may_migrate(cluster):
@@ -166,6 +169,7 @@ def test_virtctl_migrate_prints_the_refusal(cluster):
     assert proc.stdout.splitlines()[-1] == (f'Error migrating VirtualMachine Internal error occurred: admission '
                                             f'webhook {MIGRATION_WEBHOOK} denied the request: {MIGRATION_REFUSAL}'), \
         proc.stdout
+    row_showing(proc.stdout.splitlines()[-1])
     listed = cluster.json("get", "vmim", "-n", "default")["items"]
     assert not [m for m in listed if m["spec"]["vmiName"] == "mig-vm"], "nothing was created"
 
@@ -219,6 +223,7 @@ def test_the_clusters_migrating_default_refuses_a_vmi_that_cannot_migrate_and_wa
         "its own): Cloud Hypervisor cannot live-migrate this VMI (DisksNotLiveMigratable: volume 'root' "
         "(containerDisk) is local to the pod and writable: Cloud Hypervisor cannot copy disks during a migration), so "
         "a node drain would block on migrations that fail; use None or External, or make the VMI migratable"], r.out
+    assert row_showing(r.lines[0]) == row_showing(warned.lines[0])
     assert (ok.rc, ok.lines) == (0, ["virtualmachineinstance.kubevirt.io/evict-default-ok created (server dry run)"]), \
         ok.out
     assert warned.rc == 0 and warned.lines == [
