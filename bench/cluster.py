@@ -62,11 +62,11 @@ def plain_pod(name: str, virt_launcher_image: str) -> dict[str, Any]:
                                            {"name": "disks", "mountPath": "/disks"}]}]}}
 
 
-def timed(cluster: NodeCluster, *steps: tuple[str, ...], input: str | None = None) -> float:
+def timed(cluster: NodeCluster, *steps: tuple[str, ...], stdin: str | None = None) -> float:
     """Seconds for kubectl `steps` run one after the other (each must succeed)."""
     start = time.monotonic()
     for i, args in enumerate(steps):
-        r = cluster.kubectl(*args, input=input if i == 0 else None, timeout=180)
+        r = cluster.kubectl(*args, input=stdin if i == 0 else None, timeout=180)
         if r.rc != 0:
             raise RuntimeError(f"kubectl {' '.join(args)} failed:\n{r.out}")
     return time.monotonic() - start
@@ -75,7 +75,7 @@ def timed(cluster: NodeCluster, *steps: tuple[str, ...], input: str | None = Non
 def vmi_round(cluster: NodeCluster, name: str) -> tuple[float, float]:
     up = timed(cluster, ("create", "-f", "-"), ("wait", "--for=jsonpath={.status.phase}=Running", f"vmi/{name}",
                                                 f"--timeout={TIMEOUT}"),
-               input=cluster.yaml(annotated_vmi(name)))
+               stdin=cluster.yaml(annotated_vmi(name)))
     pod = cluster.launcher_pod(cluster.json("get", "vmi", name))["metadata"]["name"]
     down = timed(cluster, ("delete", "vmi", name, "--wait=false"),
                  ("wait", "--for=delete", f"pod/{pod}", f"--timeout={TIMEOUT}"))
@@ -84,7 +84,7 @@ def vmi_round(cluster: NodeCluster, name: str) -> tuple[float, float]:
 
 def pod_round(cluster: NodeCluster, name: str) -> tuple[float, float]:
     up = timed(cluster, ("create", "-f", "-"), ("wait", "--for=condition=Ready", f"pod/{name}", f"--timeout={TIMEOUT}"),
-               input=cluster.yaml(plain_pod(name, cluster.launcher_image())))
+               stdin=cluster.yaml(plain_pod(name, cluster.launcher_image())))
     down = timed(cluster, ("delete", "pod", name, "--wait=false"),
                  ("wait", "--for=delete", f"pod/{name}", f"--timeout={TIMEOUT}"))
     return up, down

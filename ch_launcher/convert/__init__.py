@@ -14,7 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ch_launcher.convert.context import LauncherEnv, LauncherOptions, PodFacts, SMBios, Translation
+from ch_launcher.convert.context import (
+    LauncherEnv,
+    LauncherOptions,
+    PermittedHostDevices,
+    PodFacts,
+    SMBios,
+    Translation,
+)
 from ch_launcher.convert.errors import Degradation, UnsupportedFeature, UnsupportedFeatures
 from ch_launcher.convert.memory import NoMemoryRequested
 from ch_launcher.convert.plan import Plan
@@ -22,8 +29,8 @@ from ch_launcher.convert.registry import CONFIGURATORS
 from ch_launcher.kubevirt.vmi import InvalidVMI, VirtualMachineInstance, parse_vmi
 
 __all__ = [
-    "Degradation", "LauncherEnv", "LauncherOptions", "NoMemoryRequested", "Plan", "PodFacts", "SMBios",
-    "Translation", "UnsupportedFeature", "UnsupportedFeatures", "Verdict", "check", "translate",
+    "Degradation", "LauncherEnv", "LauncherOptions", "NoMemoryRequested", "PermittedHostDevices", "Plan",
+    "PodFacts", "SMBios", "Translation", "UnsupportedFeature", "UnsupportedFeatures", "Verdict", "check", "translate",
 ]
 
 
@@ -35,6 +42,9 @@ class Verdict:
     problems: list[UnsupportedFeature] = field(default_factory=list)
     warnings: list[Degradation] = field(default_factory=list)
     plan: Plan | None = None
+    # Why Cloud Hypervisor could not live-migrate it, `(reason, message)` (`convert/migration.py`),
+    # found even when there are problems
+    migration_blockers: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def allowed(self) -> bool:
@@ -59,7 +69,7 @@ def check(vmi: VirtualMachineInstance | dict[str, Any] | bytes | str,
         return Verdict(problems=[UnsupportedFeature(p, m, "FieldValueInvalid") for p, m in causes])
     t = _run(model, env or LauncherEnv(), options or LauncherOptions())
     plan = None if t.problems else _plan(t)
-    return Verdict(problems=t.problems, warnings=t.warnings, plan=plan)
+    return Verdict(problems=t.problems, warnings=t.warnings, plan=plan, migration_blockers=list(t.migration_blockers))
 
 
 def translate(vmi: VirtualMachineInstance | dict[str, Any] | bytes | str,

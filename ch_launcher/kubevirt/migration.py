@@ -15,11 +15,15 @@ import json
 import math
 import os
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ch_launcher.kubevirt.domain import rfc3339
+from ch_launcher.kubevirt.domain_view import rfc3339
 from ch_launcher.kubevirt.quantity import parse_quantity
+
+if TYPE_CHECKING:
+    from ch_launcher.kubevirt.vmi import VirtualMachineInstance
 
 DIRECT_MIGRATION_PORT = 49152  # LibvirtDirectMigrationPort: the memory stream
 BLOCK_MIGRATION_PORT = 49153   # LibvirtBlockMigrationPort: block migration (not used: no storage migration)
@@ -45,17 +49,19 @@ def proxy_socket(share_dir: str, uid: str, port: int = DIRECT_MIGRATION_PORT) ->
     return os.path.join(share_dir, PROXY_DIR, f"{proxy_key(uid, port)}-source.sock")
 
 
-def migration_uid(vmi: Any) -> str:
-    """`MigrationUID`: `sourceState.migrationUID` (decentralized), else `migrationUID`."""
+def migration_uid(vmi: VirtualMachineInstance) -> str:
+    """`MigrationUID`: `status.migrationState.sourceState.migrationUID` when `sourceState` is set
+    (a decentralized migration; Go takes it even when empty), else `status.migrationState.migrationUid`;
+    "" without a migration state."""
     state = vmi.status.migrationState
     if state is None:
         return ""
     if state.sourceState is not None:
         return state.sourceState.migrationUID
-    return state.migrationUID
+    return state.migrationUid
 
 
-def target_proxy_uid(vmi: Any) -> str:
+def target_proxy_uid(vmi: VirtualMachineInstance) -> str:
     """`migrationProxyKey` on the target: the source VMI's uid for a decentralized migration
     over unix transport, else the VMI's own."""
     state = vmi.status.migrationState
@@ -65,7 +71,7 @@ def target_proxy_uid(vmi: Any) -> str:
     return vmi.metadata.uid
 
 
-def data_size_gb(vmi: Any) -> int:
+def data_size_gb(vmi: VirtualMachineInstance) -> int:
     """`getVMIMigrationDataSize` for a migration without storage: the guest memory (`memory.guest`,
     else the memory request) in units of 10^9 bytes, rounded up (`ScaledValue(resource.Giga)`)."""
     domain = vmi.spec.domain
@@ -110,6 +116,15 @@ class MigrationMetadata:
     @property
     def ended(self) -> bool:
         return self.end is not None
+
+    def already_executed(self) -> str:
+        """`initializeMigrationMetadata`'s answer to a second call for this ended migration ("One
+        shot"); the end time as Go's `%v` prints a `metav1.Time` (`time.Time.String`, here to the
+        second: the metadata keeps whole seconds)."""
+        end = datetime.fromisoformat(rfc3339(self.end)) if self.end else None
+        when = end.strftime("%Y-%m-%d %H:%M:%S +0000 UTC") if end else "<nil>"
+        return (f"migration job {self.uid} already executed, finished at {when}, failed: "
+                f"{str(self.failed).lower()}, abortStatus: {self.abort_status}")
 
     def finished(self, when: str, *, failed: bool, reason: str = "") -> MigrationMetadata:
         """`setMigrationResult`: once only (an ended migration is returned unchanged); a failed
@@ -157,7 +172,8 @@ class MigrationOptions:
             data = {}
         if not isinstance(data, dict):
             raise InvalidOptions("no valid migration options object present in command server request: json: "
-                                 f"cannot unmarshal {type(data).__name__} into Go value of type cmdclient.MigrationOptions")
+                                 f"cannot unmarshal {type(data).__name__} into Go value of type "
+                                 "cmdclient.MigrationOptions")
 
         def number(key: str, default: int) -> int:
             value = data.get(key)
