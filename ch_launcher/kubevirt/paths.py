@@ -10,6 +10,7 @@ EPHEMERAL_DISK_DIR = "/var/run/kubevirt-ephemeral-disks"
 CONTAINER_DISK_DIR = "/var/run/kubevirt/container-disks"
 HOTPLUG_DISK_DIR = "/var/run/kubevirt/hotplug-disks"  # virt-launcher writes it with a trailing "/"
 CH_BINARY = "/usr/bin/cloud-hypervisor"
+KVM_DEVICE = "/dev/kvm"  # the kvm device plugin's device in the compute container
 FIRMWARE_DIR = "/usr/share/cloud-hypervisor"  # hypervisor-fw (BIOS guests) and CLOUDHV.fd (EFI)
 # swtpm state of a root VMI (status.runtimeUser 0): where virt-controller mounts the VM state
 # PVC's `swtpm` subpath (kubevirt pkg/util/util.go@d923fdb815cd PathForSwtpm). Non-root VMIs use

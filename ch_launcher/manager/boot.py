@@ -19,6 +19,7 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -45,6 +46,18 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 RELEASE_WAIT = 5.0  # seconds a boot's release_memory() waits for its Domain event to reach virt-handler
+
+
+def kvm_unavailable(path: str) -> str | None:
+    """Why `path` (the pod's /dev/kvm) cannot be opened read-write by this process, or None when
+    it can or does not exist (a VMM without a kvm device says itself why it cannot start)."""
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CLOEXEC))
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"{path} cannot be opened read-write ({e.strerror})"
+    return None
 
 
 class Planner:
@@ -170,7 +183,16 @@ class Boot:
         await self._supervision.vmm_gone(session)
 
     async def ensure_vmm_quietly(self) -> None:
-        """The warm-up start: a VMM that cannot start is logged here and reported by the first Sync."""
+        """The warm-up start, so the first Sync finds a VMM answering. While the pod's /dev/kvm
+        cannot be opened read-write (a non-root VMI's pod, before virt-handler gives the device
+        to its uid just ahead of the first Sync) no VMM is started: it says so at info level and
+        the first Sync starts it. A VMM that cannot start otherwise is logged here at error level
+        and reported by the first Sync."""
+        waiting = kvm_unavailable(self.settings.kvm_device)
+        if waiting is not None:
+            log.info("cloud-hypervisor starts at the first Sync: %s (virt-handler gives a non-root VMI's "
+                     "pod the device before that Sync)", waiting)
+            return
         try:
             await self.ensure_vmm()
         except CommandFailed as e:

@@ -52,6 +52,7 @@ class ManagerSettings:
     hotplug_disk_dir: str = paths.HOTPLUG_DISK_DIR
     firmware_dir: str = paths.FIRMWARE_DIR
     ch_binary: str = paths.CH_BINARY
+    kvm_device: str = paths.KVM_DEVICE    # the warm-up leaves the VMM to the first Sync while it is not ours
     name: str = ""                        # --name / --namespace / --uid: the VMI until a Sync says more
     namespace: str = ""
     uid: str = ""

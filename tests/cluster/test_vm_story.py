@@ -106,6 +106,22 @@ def test_the_readmes_vm_runs_on_cloud_hypervisor_in_a_pod_of_the_built_image(nod
     assert others["container-disk-binary"] == node_cluster.launcher_image()
 
 
+def launcher_log_errors(node_cluster: NodeCluster, pod: dict[str, Any]) -> tuple[list[str], str]:
+    """The compute container's error-level lines, and its whole log (for the message)."""
+    log = node_cluster.ok("logs", pod["metadata"]["name"], "-c", "compute")
+    return [line for line in log.splitlines() if '"level":"error"' in line], log
+
+
+def test_the_launcher_logs_no_error_while_the_vm_starts(node_cluster: NodeCluster, readme_vm: dict[str, Any]):
+    """A non-root VMI's pod gets /dev/kvm from virt-handler only just before the first Sync: the
+    launcher waits for it quietly (before the fix it logged 'cloud-hypervisor did not start ...
+    Permission denied' at error level at every start here)."""
+    pod = node_cluster.launcher_pod(node_cluster.wait_for_vmi(NAME, ready=True))
+    errors, log = launcher_log_errors(node_cluster, pod)
+    assert errors == [], log
+    assert any("cloud-hypervisor " in line and " is up (pid " in line for line in log.splitlines()), log
+
+
 def test_the_pod_interface_is_virt_handlers_tap_on_its_bridge_and_shows_in_the_status(node_cluster: NodeCluster):
     """virt-handler built the pod's network (phase 1, virt-chroot): `k6t-eth0` and `tap0`, owned
     by 107; the VMM opened that tap, and `status.interfaces` shows the pod interface as
@@ -240,5 +256,7 @@ def test_virtctl_start_runs_it_again(node_cluster: NodeCluster):
     vmi = node_cluster.wait_for_vmi(NAME, ready=True)
     compute = next(c for c in node_cluster.launcher_pod(vmi)["spec"]["containers"] if c["name"] == "compute")
     assert compute["image"] == LAUNCHER_IMAGE
+    errors, log = launcher_log_errors(node_cluster, node_cluster.launcher_pod(vmi))
+    assert errors == [], log
     (row,) = table(node_cluster.ok("get", "vm", NAME))
     assert (row["STATUS"], row["READY"]) == ("Running", "True")

@@ -73,14 +73,11 @@ def test_on_a_node_whose_devices_are_roots_the_vm_boots_once_virt_handler_has_cl
             vh.close()
 
 
-@pytest.mark.xfail(strict=True, reason="manager defect, to be fixed after the domain manager's refactor: the "
-                   "launcher starts its VMM at start-up, before virt-handler has given the pod /dev/kvm, and logs "
-                   "the expected, recovered failure at error level ('cloud-hypervisor did not start ... "
-                   "Permission denied')")
 def test_no_error_is_logged_while_virt_handler_has_not_yet_given_the_pod_kvm(vmm_kind):
-    """Seen at every non-root start on the real node: an expected condition that the next Sync
-    recovers from must not log at error level (start the VMM when /dev/kvm is usable, or say at
-    info level what it waits for)."""
+    """Seen at every non-root start on the real node before the fix: the launcher's warm-up
+    started its VMM while the pod's /dev/kvm was still root's and logged the expected failure at
+    error level ('cloud-hypervisor did not start ... Permission denied'). Now it says at info
+    level that the first Sync starts the VMM, and that Sync does."""
     reason = missing_requirements()
     if reason:
         pytest.skip(reason)
@@ -90,7 +87,10 @@ def test_no_error_is_logged_while_virt_handler_has_not_yet_given_the_pod_kvm(vmm
             assert vh.client is not None
             vh.run(vh.client.sync(vh.vmi))
             vh.run(vh.recorder.wait_for_status("Running", timeout=15))
-            errors = [line for line in vh.log_text().splitlines() if '"level":"error"' in line]
+            lines = vh.log_text().splitlines()
+            errors = [line for line in lines if '"level":"error"' in line]
             assert errors == [], "\n".join(errors)
+            (waiting,) = [line for line in lines if "cloud-hypervisor starts at the first Sync" in line]
+            assert '"level":"info"' in waiting and "/dev/kvm cannot be opened read-write" in waiting, waiting
         finally:
             vh.close()
