@@ -15,7 +15,9 @@ VMI (I/O in `kube.py`) and `mutate_pod()` returns a JSONPatch that
   in the VMM and never opens `/dev/vhost-net`), so the pod also schedules on nodes without it,
   and mounts an empty directory at `/dev/vhost-net` in its place: virt-handler claims that path
   for uid 107 before the first Sync of a non-root VMI with a virtio NIC and fails the VMI
-  ("Critical network error: failed to set up vhost-net device") where nothing is there;
+  ("Critical network error: failed to set up vhost-net device") where nothing is there. The
+  directory has no `sizeLimit`: kubelet evicts a pod whose emptyDir uses more than its limit, and
+  an empty directory already uses a filesystem block (4 KiB on ext4);
 - records what changed in `kubevirt-ch.io/launcher-mutation` (JSON);
 - drops the VMI's `kubevirt-ch.io/launcher-image` (`launcher_status.py`), which virt-controller
   copies to the pods it renders with the VMI's other annotations: it names the image of the VMI's
@@ -284,7 +286,7 @@ def _device_ops(index: int, c: dict[str, Any], pod: dict[str, Any], record: dict
         raise _Refuse(f"'{COMPUTE}' already mounts something at {VHOST_NET_PATH}")
     ops: list[dict[str, Any]] = [
         {"op": "remove", "path": pointer("spec", "containers", index, "resources", kind, VHOST_NET)} for kind in kinds]
-    volume: dict[str, Any] = {"name": VHOST_NET_VOLUME, "emptyDir": {"sizeLimit": "1Ki"}}
+    volume: dict[str, Any] = {"name": VHOST_NET_VOLUME, "emptyDir": {}}
     mount: dict[str, Any] = {"name": VHOST_NET_VOLUME, "mountPath": VHOST_NET_PATH}
     ops.append({"op": "add", "path": pointer("spec", "volumes", "-"), "value": volume} if volumes is not None
                else {"op": "add", "path": pointer("spec", "volumes"), "value": [volume]})
