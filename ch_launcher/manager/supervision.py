@@ -151,7 +151,7 @@ class Supervision:
         if new is not VmState.PANICKED:
             record.publish(force=True)
             return
-        log.error("the guest panicked; stopping cloud-hypervisor, as libvirt's on_crash=destroy stops QEMU")
+        log.warning("the guest panicked; stopping cloud-hypervisor, as libvirt's on_crash=destroy stops QEMU")
         record.set_state(VmState.PANICKED, force=True)
         self._runner.background(self._runner.locked("on_crash=destroy", self._destroy_after_panic))
 

@@ -479,6 +479,11 @@ def test_a_guest_panic_is_crashed_panicked_then_the_vmm_goes_away_as_under_on_cr
         await h.client.vmi_command("DeleteVirtualMachine", h.vmi)
         final = await h.recorder.wait_for_deleted()
         assert final.domain["Status"]["PanicCount"] == 1
+        # the guest's failure, not the launcher's: a warning (and the event), no error line
+        levels = {e.get("msg", "").split(";")[0]: e.get("level") for e in map(json.loads, (
+            line for line in h.log_text().splitlines() if line.startswith("{")))}
+        assert levels.get("the guest panicked") == "warning", h.log_text()
+        assert "error" not in levels.values(), h.log_text()
 
     h.run(story())
 
