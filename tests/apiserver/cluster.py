@@ -259,9 +259,9 @@ class Cluster:
         # (validateHostDevicesWithPassthroughEnabled, vmi-create-admitter.go@d923fdb815cd)
         configuration = {"developerConfiguration": {"featureGates": ["HostDevices"]},
                          "permittedHostDevices": PERMITTED_HOST_DEVICES}
-        kubevirt = {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
-                    "metadata": {"name": "kubevirt", "namespace": "kubevirt"},
-                    "spec": _merged({"configuration": configuration}, kubevirt_spec or {})}
+        kubevirt: dict[str, Any] = {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+                                    "metadata": {"name": "kubevirt", "namespace": "kubevirt"},
+                                    "spec": _merged({"configuration": configuration}, kubevirt_spec or {})}
         if workload_update_methods:
             kubevirt["spec"]["workloadUpdateStrategy"] = {"workloadUpdateMethods": list(workload_update_methods)}
         self.ok("create", "namespace", "kubevirt")
