@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SHARED
+from tests.conftest import SHARED, require_shared
 from tests.functional import kubevirt_runtime as vh
 from tests.functional.pod_fixtures import real_binary, real_vmm_reason
 from tests.functional.test_dedicated_cpus import surplus_hugepages
@@ -90,8 +90,9 @@ QEMU_TIMEOUT_NO_BOOT = "10s"  # the Sync fails within a second of the launcher's
 
 def run_runtime(feature: str, tmp_path: Path, *, real: bool) -> tuple[str, str]:
     """(the probe's output, the launcher's log) of the runtime story for `feature`."""
-    if not PROBE_RUN.exists() or shutil.which("unshare") is None:
-        pytest.fail(f"{PROBE_RUN} or unshare (util-linux) is missing")
+    require_shared(PROBE_RUN)
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare is not installed (Debian package util-linux)")
     body = json.loads(json.dumps(FEATURES[feature][0]))
     launcher = f"{Path(sys.executable).parent / 'ch-launcher'} --kubevirt-runtime-processes"
     if real and feature in VFIO:
