@@ -5,8 +5,9 @@ Why aiohttp (docs/admission.md): already a dependency, one asyncio server with s
 (`client_max_size`), and fast enough (bench/admission.py).
 
 Paths (DESIGN.md): `POST /validate`, `POST /mutate-pod`, `GET /healthz`, `GET /readyz`,
-`GET /metrics`, and `POST /mutate-vmi` (virt-controller's VMI writes: `launcher_status.py`). Deciding is pure (`rules.py`, `mutate.py`); this module only reads bodies,
-does the API calls in a thread pool, and answers. A body that is not an AdmissionReview is
+`GET /metrics`, and `POST /mutate-vmi` (virt-controller's VMI writes: `launcher_status.py`).
+Deciding is pure (`rules.py`, `mutate.py`); this module only reads bodies, does the API calls in
+a thread pool, and answers. A body that is not an AdmissionReview is
 answered at once with its HTTP status and a `metav1.Status` naming the problem: 415 (not
 `application/json`), 413 (over `MAX_BODY`, without reading it), 408 (body not received within
 `BODY_TIMEOUT`), 400 (not JSON / not an AdmissionReview v1 request). An unexpected exception
@@ -36,7 +37,7 @@ from admission.cluster import KubeVirtStatus, conditions
 from admission.config import Config, ConfigError, load_config
 from admission.kube import KubeClient, KubeError
 from admission.report import ConditionReporter, EventPoster
-from admission.review import ReviewError, http_error_status, is_json_content_type, parse_review
+from admission.review import AdmissionRequest, ReviewError, http_error_status, is_json_content_type, parse_review
 from admission.tls import ReloadingTLS, TLSFilesError
 
 log = logging.getLogger("admission")
@@ -82,7 +83,8 @@ class KubeVirtCache:
     refresh the last good status is kept (a stale version beats refusing everything).
     `fetched` is the latest read as it came, failed or not."""
 
-    def __init__(self, fetch: Callable[[], KubeVirtStatus], run: Callable[[Callable[[], Any]], Awaitable[Any]],
+    def __init__(self, fetch: Callable[[], KubeVirtStatus],
+                 run: Callable[[Callable[[], KubeVirtStatus]], Awaitable[KubeVirtStatus]],
                  on_refresh: Callable[[KubeVirtStatus, KubeVirtStatus], None] | None = None):
         self._fetch, self._run, self._on_refresh = fetch, run, on_refresh
         self._value: KubeVirtStatus | None = None
@@ -92,17 +94,20 @@ class KubeVirtCache:
         self._read_at = 0.0
         self._lock = asyncio.Lock()
 
-    def _fresh(self, max_age: float | None) -> bool:
+    def _fresh(self, max_age: float | None) -> KubeVirtStatus | None:
+        """The status held, while within its TTL and `max_age`; else None."""
         now = time.monotonic()
-        return self._value is not None and now < self._expires and (max_age is None or now - self._read_at < max_age)
+        if self._value is not None and now < self._expires and (max_age is None or now - self._read_at < max_age):
+            return self._value
+        return None
 
     async def get(self, max_age: float | None = None) -> KubeVirtStatus:
         """The status, read again when older than its TTL or than `max_age` seconds."""
-        if self._fresh(max_age):
-            return self._value  # type: ignore[return-value]
+        if (status := self._fresh(max_age)) is not None:
+            return status
         async with self._lock:
-            if self._fresh(max_age):
-                return self._value  # type: ignore[return-value]
+            if (status := self._fresh(max_age)) is not None:
+                return status
             return await self._refresh_locked()
 
     async def refresh(self) -> KubeVirtStatus:
@@ -158,8 +163,29 @@ class Server:
             self.metrics.kube_errors.labels("get_kubevirt").inc()
             return KubeVirtStatus(error=e.message)
 
-    async def kubevirt_status(self) -> KubeVirtStatus | None:
-        return await self.kubevirt.get() if self.kubevirt is not None else None
+    async def api_problem(self) -> str:
+        """Why the API server is not usable ("" when it is, or when there is no client), probed
+        at most every READY_TTL seconds (/readyz)."""
+        if self.kube is None:
+            return ""
+        if time.monotonic() >= self._ready_until:
+            try:
+                await self.run(self.kube.server_version)
+                self._ready_error = ""
+            except KubeError as e:
+                self.metrics.kube_errors.labels("version").inc()
+                self._ready_error = e.message
+            self._ready_until = time.monotonic() + READY_TTL
+        return self._ready_error
+
+    @property
+    def background(self) -> tuple[asyncio.Future[Any], ...]:
+        """The Event posts still running (serve() cancels them when it stops)."""
+        return tuple(self._background)
+
+    async def kubevirt_status(self, max_age: float | None = None) -> KubeVirtStatus | None:
+        """The cluster's KubeVirt (read at most `max_age` seconds ago, if given), None without an API client."""
+        return await self.kubevirt.get(max_age) if self.kubevirt is not None else None
 
     def _report(self, fetched: KubeVirtStatus, effective: KubeVirtStatus) -> None:
         """After every read of the KubeVirt CR: the cluster-wide conditions to the log, the
@@ -186,7 +212,7 @@ def _status_response(status: int, message: str) -> web.Response:
     return web.json_response(http_error_status(status, message), status=status)
 
 
-async def _read_review(request: web.Request):
+async def _read_review(request: web.Request) -> AdmissionRequest:
     if not is_json_content_type(request.headers.get("Content-Type")):
         raise _Answer(415, f"Content-Type must be application/json, got {request.headers.get('Content-Type')!r}")
     if request.content_length is not None and request.content_length > MAX_BODY:
@@ -195,7 +221,7 @@ async def _read_review(request: web.Request):
         body = await asyncio.wait_for(request.read(), BODY_TIMEOUT)
     except web.HTTPRequestEntityTooLarge:
         raise _Answer(413, f"request body exceeds the limit of {MAX_BODY} bytes") from None
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise _Answer(408, f"request body not received within {BODY_TIMEOUT:g} s") from None
     try:
         return parse_review(body)
@@ -219,7 +245,8 @@ def make_app(server: Server) -> web.Application:
     paths = ("/validate", "/mutate-pod", "/mutate-vmi", "/healthz", "/readyz", "/metrics")
 
     @web.middleware
-    async def observe(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+    async def observe(request: web.Request,
+                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
         start = time.perf_counter()
         path = request.path if request.path in paths else "other"
         try:
@@ -229,7 +256,7 @@ def make_app(server: Server) -> web.Application:
             response, verdict = _status_response(e.status, e.message), "invalid"
         except web.HTTPException as e:  # 404/405 from the router
             response, verdict = _status_response(e.status, e.reason), "invalid"
-        except Exception as e:  # noqa: BLE001 - a bug must not take the server down
+        except Exception as e:  # a bug must not take the server down
             log.exception("error answering %s", request.path)
             response, verdict = _status_response(500, f"internal error: {type(e).__name__}: {e}"), "error"
         metrics.requests.labels(path, verdict).inc()
@@ -238,7 +265,8 @@ def make_app(server: Server) -> web.Application:
 
     async def validate(request: web.Request) -> web.Response:
         req = await _read_review(request)
-        status = await server.kubevirt_status() if rules.wants_kubevirt_status(req) else None
+        wanted = rules.wants_kubevirt_status(req)
+        status = await server.kubevirt_status(wanted.max_age) if wanted is not None else None
         outcome = rules.validate(req, server.config, status)
         request["verdict"] = outcome.verdict
         _log_outcome("/validate", req, outcome)
@@ -252,8 +280,9 @@ def make_app(server: Server) -> web.Application:
             if server.kube is None:
                 error = "the server has no Kubernetes API client (--kubeconfig, or run in a pod)"
             else:
+                kube, namespace, name = server.kube, first.namespace, first.name
                 try:
-                    vmi = await server.run(lambda: server.kube.get_vmi(first.namespace, first.name))
+                    vmi = await server.run(lambda: kube.get_vmi(namespace, name))
                 except KubeError as e:
                     metrics.kube_errors.labels("get_vmi").inc()
                     error = e.message
@@ -285,16 +314,9 @@ def make_app(server: Server) -> web.Application:
     async def readyz(request: web.Request) -> web.Response:
         if server.tls is None:
             return web.Response(status=503, text="TLS certificate not loaded\n")
-        if server.kube is not None and time.monotonic() >= server._ready_until:
-            try:
-                await server.run(server.kube.server_version)
-                server._ready_error = ""
-            except KubeError as e:
-                metrics.kube_errors.labels("version").inc()
-                server._ready_error = e.message
-            server._ready_until = time.monotonic() + READY_TTL
-        if server.kube is not None and server._ready_error:
-            return web.Response(status=503, text=f"API server not usable: {server._ready_error}\n")
+        problem = await server.api_problem()
+        if problem:
+            return web.Response(status=503, text=f"API server not usable: {problem}\n")
         return web.Response(text="ok\n")
 
     async def metrics_handler(request: web.Request) -> web.Response:
@@ -361,7 +383,7 @@ async def _kubevirt_loop(server: Server) -> None:
     while True:
         try:
             await server.kubevirt.refresh()
-        except Exception:  # noqa: BLE001 - the next round retries; the webhooks read on their own
+        except Exception:  # the next round retries; the webhooks read on their own
             log.exception("reading the KubeVirt CR failed")
         await asyncio.sleep(KUBEVIRT_TTL)
 
@@ -421,7 +443,7 @@ async def serve(ns: argparse.Namespace, config: Config, kube: KubeClient | None)
         await stop.wait()
         log.info("shutting down")
     finally:
-        for task in (renewal, watching, *server._background):
+        for task in (renewal, watching, *server.background):
             if task:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

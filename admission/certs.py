@@ -17,6 +17,7 @@ or `kube.KubeError` with a one-line message.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import logging
 import os
@@ -26,7 +27,7 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from admission.kube import KubeClient, KubeError
@@ -37,6 +38,9 @@ CA_VALIDITY = datetime.timedelta(days=3650)
 SERVING_VALIDITY = datetime.timedelta(days=365)
 RENEW_BEFORE = datetime.timedelta(days=30)
 BACKDATE = datetime.timedelta(minutes=5)  # tolerate clock skew between nodes
+# Keys that sign X.509 certificates: make_ca's ECDSA, and what a CA put in the Secret by hand may hold
+_SIGNING_KEYS = (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey, dsa.DSAPrivateKey, ed25519.Ed25519PrivateKey,
+                 ed448.Ed448PrivateKey)
 
 
 class CertError(RuntimeError):
@@ -71,7 +75,7 @@ def dns_names(service: str, namespace: str) -> list[str]:
 
 
 def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -97,10 +101,13 @@ def make_ca(common_name: str = "kubevirt-ch admission CA") -> tuple[bytes, bytes
 
 def make_serving(ca_cert_pem: bytes, ca_key_pem: bytes, names: list[str],
                  validity: datetime.timedelta = SERVING_VALIDITY) -> tuple[bytes, bytes]:
-    """A serving certificate for `names` (DNS SANs; IP addresses become IP SANs) signed by the CA."""
+    """A serving certificate for `names` (DNS SANs; IP addresses become IP SANs) signed by the CA.
+    Raises ValueError when the CA's certificate or key is unreadable or the key cannot sign."""
     import ipaddress
     ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    if not isinstance(ca_key, _SIGNING_KEYS):
+        raise ValueError(f"the CA key ({type(ca_key).__name__}) cannot sign certificates")
     key = ec.generate_private_key(ec.SECP256R1())
     sans: list[x509.GeneralName] = []
     for n in names:
@@ -188,12 +195,12 @@ def ensure_secret(kube: KubeClient, namespace: str, secret_name: str, names: lis
                 raise
             log.info("created Secret %s/%s with a new CA and serving certificate", namespace, secret_name)
             return bundle
-        bundle = Bundle.from_secret(secret)
-        why = "it lacks ca.crt, ca.key, tls.crt or tls.key" if bundle is None else needs_renewal(bundle, names)
+        stored = Bundle.from_secret(secret)
+        why = "it lacks ca.crt, ca.key, tls.crt or tls.key" if stored is None else needs_renewal(stored, names)
         if why is None:
-            assert bundle is not None
-            return bundle
-        fresh = new_bundle(names) if bundle is None else renewed(bundle, names)
+            assert stored is not None
+            return stored
+        fresh = new_bundle(names) if stored is None else renewed(stored, names)
         secret["data"] = {**(secret.get("data") or {}), **fresh.to_secret_data()}
         try:
             kube.replace_secret(namespace, secret)
@@ -217,10 +224,8 @@ def _atomic_write(path: str, data: bytes, mode: int) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 

@@ -1,7 +1,8 @@
 """`ch-admission`: the admission server and its offline commands.
 
     ch-admission [serve] --config FILE [--tls-cert-file F --tls-private-key-file F | --self-signed] ...
-    ch-admission check FILE...       verdict, field paths and warnings per object; exit 1 if any is denied
+    ch-admission check [--kubevirt-cr F] FILE...
+                                     verdict, field paths and warnings per object; exit 1 if any is denied
     ch-admission overhead FILE...    per VMI: Cloud Hypervisor overhead beside KubeVirt's QEMU figure
     ch-admission outdated [--resync] which Cloud Hypervisor VMIs KubeVirt calls outdated, and which it
                                      should; --resync makes virt-controller write the others again
@@ -71,9 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--config", default=None, help="configuration file (default: the packaged example)")
     check.add_argument("--all", action="store_true",
                        help="check every VMI-bearing object, not only those annotated for Cloud Hypervisor")
+    check.add_argument("--kubevirt-cr", default=None, metavar="FILE",
+                       help="the cluster's KubeVirt CR (kubectl get kubevirt -n kubevirt kubevirt -o yaml): host "
+                            "devices it permits as USB are refused, as the webhook refuses them (without it: a "
+                            "warning for every hostDevices entry)")
 
     overhead = sub.add_parser("overhead", help="memory overhead per VMI: Cloud Hypervisor beside KubeVirt's QEMU")
-    overhead.add_argument("files", nargs="+", metavar="FILE", help="YAML or JSON, several documents per file; - = stdin")
+    overhead.add_argument("files", nargs="+", metavar="FILE",
+                          help="YAML or JSON, several documents per file; - = stdin")
     overhead.add_argument("--config", default=None, help="configuration file (default: the packaged example)")
     overhead.add_argument("--kubevirt", default="main", choices=["main", "v1.9.0"],
                           help="which KubeVirt constants to compare against (default %(default)s)")

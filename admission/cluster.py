@@ -1,8 +1,10 @@
 """What the webhooks know about the cluster's KubeVirt, and the version gate built on it. Pure.
 
 `KubeVirtStatus` is read from the KubeVirt CR (`kube.py` reads it, `app.py` caches it):
-`status.observedKubeVirtVersion` and the network binding plugins' declared memory overheads
-(`spec.configuration.network.binding[<name>].computeResourceOverhead.requests.memory`).
+`status.observedKubeVirtVersion`, the network binding plugins' declared memory overheads
+(`spec.configuration.network.binding[<name>].computeResourceOverhead.requests.memory`) and the
+resource names of the permitted host devices (`spec.configuration.permittedHostDevices`), which
+tell the translator which host devices are USB.
 
 Version gate (`ecosystem.md` §7.2, handler-launcher skew): Cloud Hypervisor objects are refused
 when the observed version is outside `kubevirt.supportedVersions`, or cannot be read; objects
@@ -27,13 +29,15 @@ workload updater only acts once it equals the observed one), else `observedDeplo
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from admission.selection import get
+from admission.selection import get, object_at
 from admission.versions import VersionRange
+from ch_launcher.convert import PermittedHostDevices
 from ch_launcher.kubevirt.quantity import quantity_bytes
 
 DEPLOYMENT_CONFIGS = ("targetDeploymentConfig", "observedDeploymentConfig")
@@ -70,13 +74,28 @@ def kubevirt_launcher_image(cr: Any) -> LauncherImage:
         if isinstance(image, str) and image:
             return LauncherImage(image, f"status.{key}")
         fields = [config.get(k, "") for k in ("registry", "imagePrefix", "kubeVirtVersion")]
-        if not all(isinstance(f, str) for f in fields) or not fields[0] and not fields[2]:
+        if not all(isinstance(f, str) for f in fields) or (not fields[0] and not fields[2]):
             problems.append(f"status.{key} names no registry and version")
             continue
         registry, prefix, version = fields
         return LauncherImage(f"{registry}/{prefix}virt-launcher{_version_suffix(version)}", f"status.{key}")
     return LauncherImage(None, error="; ".join(problems) or
                          "the KubeVirt resource has no status.targetDeploymentConfig or observedDeploymentConfig")
+
+
+def permitted_host_devices(cr: Any) -> PermittedHostDevices:
+    """The `resourceName`s of a KubeVirt CR's `spec.configuration.permittedHostDevices` lists
+    (`pciHostDevices`, `mediatedDevices`, `usb`: kubevirt `staging/src/kubevirt.io/api/core/v1/types.go`
+    @d923fdb815cd). Never raises: an entry without a string `resourceName` (the CRD requires
+    one) is skipped."""
+    permitted = get(cr, "spec", "configuration", "permittedHostDevices")
+
+    def names(key: str) -> frozenset[str]:
+        entries = get(permitted, key)
+        return frozenset(e["resourceName"] for e in entries if isinstance(e, dict) and isinstance(
+            e.get("resourceName"), str) and e["resourceName"]) if isinstance(entries, list) else frozenset()
+
+    return PermittedHostDevices(pci=names("pciHostDevices"), mediated=names("mediatedDevices"), usb=names("usb"))
 
 
 def _version_suffix(version: str) -> str:
@@ -95,13 +114,15 @@ class KubeVirtStatus:
     update_methods: tuple[str, ...] = ()  # spec.workloadUpdateStrategy.workloadUpdateMethods
     # virt-controller's launcher image (status.targetDeploymentConfig / observedDeploymentConfig)
     launcher_image: LauncherImage = field(default_factory=lambda: LauncherImage(None, error="not read"))
+    # spec.configuration.permittedHostDevices (which host-device resources are USB)
+    host_devices: PermittedHostDevices = field(default_factory=PermittedHostDevices)
 
     @classmethod
     def from_cr(cls, cr: Any) -> KubeVirtStatus:
         """Build from a KubeVirt CR (a decoded object). Never raises: oddities become `error`."""
         if not isinstance(cr, dict):
             return cls(error="the KubeVirt resource is not an object")
-        status = cr.get("status") if isinstance(cr.get("status"), dict) else {}
+        status = object_at(cr, "status")
         version = status.get("observedKubeVirtVersion")
         bindings: dict[str, int] = {}
         spec_bindings = get(cr, "spec", "configuration", "network", "binding")
@@ -109,19 +130,20 @@ class KubeVirtStatus:
             for name, plugin in spec_bindings.items():
                 memory = get(plugin, "computeResourceOverhead", "requests", "memory")
                 if memory is not None:
-                    try:
+                    # KubeVirt validates these; an unparsable one adds nothing, as in KubeVirt
+                    with contextlib.suppress(ValueError):
                         bindings[str(name)] = quantity_bytes(memory)
-                    except ValueError:
-                        pass  # KubeVirt validates these; an unparsable one adds nothing, as in KubeVirt
         ratio = get(cr, "spec", "configuration", "additionalGuestMemoryOverheadRatio")
         ratio = ratio if isinstance(ratio, str) and ratio else None
         methods = get(cr, "spec", "workloadUpdateStrategy", "workloadUpdateMethods")
         methods = tuple(m for m in methods if isinstance(m, str)) if isinstance(methods, list) else ()
         launcher = kubevirt_launcher_image(cr)
+        devices = permitted_host_devices(cr)
         if not isinstance(version, str) or not version:
             return cls(bindings=bindings, ratio=ratio, update_methods=methods, launcher_image=launcher,
-                       error="the KubeVirt resource has no status.observedKubeVirtVersion yet")
-        return cls(version=version, bindings=bindings, ratio=ratio, update_methods=methods, launcher_image=launcher)
+                       host_devices=devices, error="the KubeVirt resource has no status.observedKubeVirtVersion yet")
+        return cls(version=version, bindings=bindings, ratio=ratio, update_methods=methods, launcher_image=launcher,
+                   host_devices=devices)
 
 
 def version_problem(status: KubeVirtStatus | None, supported: VersionRange) -> str | None:

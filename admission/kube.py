@@ -45,6 +45,13 @@ def _error(what: str, e: Exception) -> KubeError:
     return KubeError(0, f"{what}: API server unreachable: {e}")
 
 
+def _object(what: str, value: object) -> dict[str, Any]:
+    """A decoded response that must be a JSON object (a custom object, a sanitized model)."""
+    if not isinstance(value, dict):
+        raise KubeError(500, f"{what}: the API server answered {type(value).__name__}, not an object")
+    return value
+
+
 class KubeClient:
     """One API client. Build with `from_kubeconfig()`, `in_cluster()` or `auto()`."""
 
@@ -93,18 +100,20 @@ class KubeClient:
     def get_vmi(self, namespace: str, name: str) -> dict[str, Any]:
         what = f"VirtualMachineInstance {namespace}/{name}"
         try:
-            return self.custom.get_namespaced_custom_object(
+            found = self.custom.get_namespaced_custom_object(
                 "kubevirt.io", "v1", namespace, "virtualmachineinstances", name, _request_timeout=TIMEOUT)
         except Exception as e:  # noqa: BLE001 - every client failure becomes a KubeError
             raise _error(what, e) from None
+        return _object(what, found)
 
     def get_kubevirt(self, namespace: str, name: str) -> dict[str, Any]:
         what = f"KubeVirt {namespace}/{name}"
         try:
-            return self.custom.get_namespaced_custom_object(
+            found = self.custom.get_namespaced_custom_object(
                 "kubevirt.io", "v1", namespace, "kubevirts", name, _request_timeout=TIMEOUT)
         except Exception as e:  # noqa: BLE001
             raise _error(what, e) from None
+        return _object(what, found)
 
     def server_version(self) -> str:
         try:
@@ -119,13 +128,17 @@ class KubeClient:
             # raw JSON: the client's models refuse objects they find incomplete, and only the uid matters
             response = self.apps.read_namespaced_deployment(name, namespace, _request_timeout=TIMEOUT,
                                                             _preload_content=False)
-            return json.loads(response.data)["metadata"]["uid"]
+            # _preload_content=False returns the urllib3 response, not the annotated V1Deployment
+            uid = json.loads(response.data)["metadata"]["uid"]  # type: ignore[attr-defined]
         except Exception as e:  # noqa: BLE001
             raise _error(f"Deployment {namespace}/{name}", e) from None
+        return str(uid)
 
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
         try:
-            self.core.create_namespaced_event(namespace, body, _request_timeout=TIMEOUT, _preload_content=False)
+            # a dict body: the client's validate_call builds the annotated model from it
+            self.core.create_namespaced_event(namespace, body,  # type: ignore[arg-type]
+                                              _request_timeout=TIMEOUT, _preload_content=False)
         except Exception as e:  # noqa: BLE001
             raise _error(f"create Event in {namespace}", e) from None
 
@@ -140,24 +153,27 @@ class KubeClient:
             if err.status == 404:
                 return None
             raise err from None
-        return self.api.sanitize_for_serialization(secret)
+        return _object(f"Secret {namespace}/{name}", self.api.sanitize_for_serialization(secret))
 
     def create_secret(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         """Create; KubeError status 409 when it already exists (another replica won the race)."""
+        what = f"create Secret {namespace}/{body['metadata']['name']}"
         try:
-            return self.api.sanitize_for_serialization(
-                self.core.create_namespaced_secret(namespace, body, _request_timeout=TIMEOUT))
+            created = self.core.create_namespaced_secret(namespace, body,  # type: ignore[arg-type]  # as create_event
+                                                         _request_timeout=TIMEOUT)
         except Exception as e:  # noqa: BLE001
-            raise _error(f"create Secret {namespace}/{body['metadata']['name']}", e) from None
+            raise _error(what, e) from None
+        return _object(what, self.api.sanitize_for_serialization(created))
 
     def replace_secret(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         """Update with the body's resourceVersion; KubeError 409 on a concurrent change."""
         name = body["metadata"]["name"]
         try:
-            return self.api.sanitize_for_serialization(
-                self.core.replace_namespaced_secret(name, namespace, body, _request_timeout=TIMEOUT))
+            replaced = self.core.replace_namespaced_secret(name, namespace, body,  # type: ignore[arg-type]  # as create_event
+                                                           _request_timeout=TIMEOUT)
         except Exception as e:  # noqa: BLE001
             raise _error(f"update Secret {namespace}/{name}", e) from None
+        return _object(f"update Secret {namespace}/{name}", self.api.sanitize_for_serialization(replaced))
 
     def get_webhook_configuration(self, name: str) -> tuple[str, dict[str, Any]]:
         """("validating" | "mutating", object). Tries both kinds: RBAC restricted by resourceNames
@@ -165,13 +181,16 @@ class KubeClient:
         errors = []
         for kind, read in (("validating", self.admission.read_validating_webhook_configuration),
                            ("mutating", self.admission.read_mutating_webhook_configuration)):
+            what = f"{kind} webhook configuration {name}"
             try:
-                return kind, self.api.sanitize_for_serialization(read(name, _request_timeout=TIMEOUT))
+                found = read(name, _request_timeout=TIMEOUT)
             except Exception as e:  # noqa: BLE001
-                err = _error(f"{kind} webhook configuration {name}", e)
+                err = _error(what, e)
                 if err.status not in (403, 404):
                     raise err from None
                 errors.append(err.message)
+                continue
+            return kind, _object(what, self.api.sanitize_for_serialization(found))
         raise KubeError(404, f"webhook configuration {name} not found or not readable ({'; '.join(errors)})")
 
     def patch_webhook_configuration(self, kind: str, name: str, patch: list[dict[str, Any]]) -> None:

@@ -61,7 +61,7 @@ from admission.cluster import LauncherImage
 from admission.config import Config
 from admission.review import AdmissionRequest, allow
 from admission.rules import Outcome
-from admission.selection import VALUE, annotations, get, hypervisor
+from admission.selection import VALUE, annotations_of, get, hypervisor
 
 OUTDATED_LABEL = "kubevirt.io/outdatedLauncherImage"
 IMAGE_ANNOTATION = "kubevirt-ch.io/launcher-image"  # mutate.py drops it from the pods virt-controller renders
@@ -115,7 +115,7 @@ def decide(request: AdmissionRequest, config: Config, launcher: LauncherImage | 
     labels = get(vmi, "metadata", "labels")
     labels = labels if isinstance(labels, dict) else {}
     ops: list[dict[str, Any]] = []
-    if annotations(vmi).get(IMAGE_ANNOTATION) != reported:
+    if annotations_of(vmi).get(IMAGE_ANNOTATION) != reported:
         ops.append({"op": "add", "path": _pointer("metadata", "annotations", IMAGE_ANNOTATION), "value": reported})
     if reported != config.launcher.image:
         return Outcome(allow(uid, patch=ops), "outdated")

@@ -24,6 +24,7 @@ cannot be read or translated fails closed with a message naming the pod's VMI.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import posixpath
 import re
@@ -36,8 +37,8 @@ from admission.config import Config
 from admission.overhead import CHSettings, ch_overhead, kubevirt_constants_for, kubevirt_overhead
 from admission.review import AdmissionRequest, Cause, allow, deny, deny_invalid
 from admission.rules import Outcome
-from admission.selection import ANNOTATION, VALUE, annotations, get, hypervisor
-from ch_launcher.convert import check
+from admission.selection import ANNOTATION, VALUE, annotations_of, get, hypervisor, object_at
+from ch_launcher.convert import LauncherEnv, check
 from ch_launcher.convert.runtime import runtime_processes_needed
 from ch_launcher.kubevirt.quantity import format_bytes, quantity_bytes
 from ch_launcher.kubevirt.vmi import InvalidVMI, parse_vmi
@@ -72,8 +73,7 @@ def pointer(*parts: str | int) -> str:
 
 
 def _labels(pod: dict[str, Any]) -> dict[str, Any]:
-    found = get(pod, "metadata", "labels")
-    return found if isinstance(found, dict) else {}
+    return object_at(pod, "metadata", "labels")
 
 
 def _compute(pod: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
@@ -96,7 +96,7 @@ def plan(request: AdmissionRequest, config: Config) -> Outcome | NeedsVMI:
     pod = request.object
     if not isinstance(pod, dict):
         return Outcome(deny(uid, "request.object must be a Pod object"), "invalid")
-    anns = annotations(pod)
+    anns = annotations_of(pod)
     if _labels(pod).get(LAUNCHER_LABEL) != LAUNCHER_LABEL_VALUE or anns.get(ANNOTATION) != VALUE:
         return Outcome(allow(uid), "ignored")
     if anns.get(EPHEMERAL_ANNOTATION) == "true":
@@ -126,8 +126,9 @@ def _owner(pod: dict[str, Any]) -> tuple[str, str] | None:
         if (isinstance(ref, dict) and ref.get("kind") == "VirtualMachineInstance"
                 and str(ref.get("apiVersion", "")).startswith("kubevirt.io/")
                 and isinstance(ref.get("name"), str) and ref["name"]):
-            return ref["name"], ref.get("uid") if isinstance(ref.get("uid"), str) else ""
-    domain = annotations(pod).get(DOMAIN_ANNOTATION)
+            uid = ref.get("uid")
+            return ref["name"], uid if isinstance(uid, str) else ""
+    domain = annotations_of(pod).get(DOMAIN_ANNOTATION)
     if isinstance(domain, str) and domain:
         return domain, ""
     return None
@@ -154,7 +155,7 @@ def mutate_pod(request: AdmissionRequest, config: Config, needs: NeedsVMI, vmi: 
     problem = version_problem(kubevirt, config.kubevirt.version_range)
     if problem:
         return Outcome(deny(uid, f"{where}: {problem}", 403, "Forbidden"), "denied")
-    verdict = check(vmi)
+    verdict = check(vmi, LauncherEnv(permitted_host_devices=kubevirt.host_devices) if kubevirt is not None else None)
     warnings = [w.message if not w.field or w.field in w.message else f"{w.field}: {w.message}"
                 for w in verdict.warnings]
     if verdict.problems:
@@ -176,11 +177,11 @@ def mutate_pod(request: AdmissionRequest, config: Config, needs: NeedsVMI, vmi: 
         return Outcome(deny(uid, f"the launcher pod of {where}: {e}"), "denied")
     ops += memory_ops
     record.update(memory_record)
-    ops.append({"op": "replace" if OVERHEAD_ANNOTATION in annotations(pod) else "add",
+    ops.append({"op": "replace" if OVERHEAD_ANNOTATION in annotations_of(pod) else "add",
                 "path": pointer("metadata", "annotations", OVERHEAD_ANNOTATION), "value": str(overhead)})
     ops.append({"op": "add", "path": pointer("metadata", "annotations", RECORD_ANNOTATION),
                 "value": json.dumps(record, sort_keys=True, separators=(",", ":"))})
-    if IMAGE_ANNOTATION in annotations(pod):
+    if IMAGE_ANNOTATION in annotations_of(pod):
         ops.append({"op": "remove", "path": pointer("metadata", "annotations", IMAGE_ANNOTATION)})
     audit = {"launcher-image": config.launcher.image}
     if MIGRATION_LABEL in _labels(pod):
@@ -227,7 +228,7 @@ def _memory_ops(index: int, c: dict[str, Any], pod: dict[str, Any], vmi: Any, co
     ours = ch_overhead(vmi, settings=CHSettings.from_mib(config.overhead.launcherMiB, config.overhead.vmmMiB),
                        arch=arch, ratio=config.overhead.ratio, bindings=bindings).total
     theirs, source = _kubevirt_added(pod, vmi, arch, kubevirt)
-    resources = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+    resources = object_at(c, "resources")
     memory = vmi.spec.domain.memory
     hugepages = memory is not None and memory.hugepages is not None
     # KubeVirt adds the overhead to the request unless overcommitGuestOverhead (with hugepages the
@@ -237,7 +238,7 @@ def _memory_ops(index: int, c: dict[str, Any], pod: dict[str, Any], vmi: Any, co
     record: dict[str, Any] = {"memoryOverheadBytes": {"kubevirt": theirs, "kubevirtSource": source,
                                                       "cloudHypervisor": ours}}
     for kind, applies in (("requests", in_request), ("limits", True)):
-        values = resources.get(kind) if isinstance(resources.get(kind), dict) else {}
+        values = object_at(resources, kind)
         if "memory" not in values or not applies:
             continue
         try:
@@ -256,7 +257,7 @@ def _memory_ops(index: int, c: dict[str, Any], pod: dict[str, Any], vmi: Any, co
 
 def _kubevirt_added(pod: dict[str, Any], vmi: Any, arch: str, kubevirt: KubeVirtStatus | None) -> tuple[int, str]:
     """What virt-controller added for QEMU: its annotation, else KubeVirt's formula (erring small)."""
-    value = annotations(pod).get(OVERHEAD_ANNOTATION)
+    value = annotations_of(pod).get(OVERHEAD_ANNOTATION)
     # virt-controller writes an int64 in ASCII digits; anything else (str.isdigit() also accepts
     # '²', which int() refuses) means the annotation is not KubeVirt's, so estimate instead.
     if isinstance(value, str) and _INT64.fullmatch(value.strip()):
@@ -265,10 +266,8 @@ def _kubevirt_added(pod: dict[str, Any], vmi: Any, arch: str, kubevirt: KubeVirt
     constants = kubevirt_constants_for(version)
     ratio = Decimal(1)
     if kubevirt is not None and kubevirt.ratio:
-        try:
+        with contextlib.suppress(InvalidOperation):
             ratio = Decimal(kubevirt.ratio)
-        except InvalidOperation:
-            pass
     estimate = kubevirt_overhead(vmi, constants=constants, arch=arch, ratio=ratio,
                                  bindings=kubevirt.bindings if kubevirt is not None else {})
     return estimate.total, f"estimated with KubeVirt {constants.name} constants"

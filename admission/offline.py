@@ -8,6 +8,11 @@ cause's field path and each warning; exit status 1 when any object is denied, 2 
 cannot be read or is not what `kubectl apply -f` takes: no object at all (an empty file), a
 document that is not an object (a YAML list, a bare string), an object without kind or
 apiVersion. Nothing is printed on standard output then; the error names the document.
+Without a cluster, `check` does not know which host-device resources are USB and warns about
+every `hostDevices` entry; `--kubevirt-cr FILE` (the cluster's KubeVirt CR, e.g. `kubectl get
+kubevirt -n kubevirt kubevirt -o yaml`) tells it, as the server's read of the CR tells the
+webhook, so a USB one is refused as the webhook refuses it (the CR's KubeVirt version gates
+nothing offline). A file without exactly one KubeVirt is an input error (exit 2).
 `overhead` prints, per VMI (owners: their template; both with virt-api's defaults, as the VMI is
 stored), the Cloud Hypervisor overhead beside
 KubeVirt's QEMU figure term by term, their totals and ratio (the same input errors: exit 2).
@@ -23,14 +28,13 @@ from typing import Any, TextIO
 
 import yaml
 
+from admission.cluster import KubeVirtStatus
 from admission.config import Config, ConfigError, load_config
 from admission.kubevirt_defaults import with_virt_api_defaults
-from admission.overhead import (
-    KUBEVIRT_CONSTANTS, ROWS, CHSettings, ch_overhead, kubevirt_overhead,
-)
+from admission.overhead import KUBEVIRT_CONSTANTS, ROWS, CHSettings, ch_overhead, kubevirt_overhead
 from admission.review import parse_review
 from admission.rules import validate, vmi_from_template
-from admission.selection import ANNOTATION, TEMPLATE_PATHS, VALUE, target
+from admission.selection import ANNOTATION, TEMPLATE_PATHS, VALUE, object_at, target
 from ch_launcher.kubevirt.quantity import MiB
 from ch_launcher.kubevirt.vmi import InvalidVMI, parse_vmi
 
@@ -42,7 +46,11 @@ class InputError(Exception):
 def documents(path: str) -> Iterator[tuple[str, Any]]:
     """(label, document) for each document of a YAML or JSON file. Raises InputError."""
     try:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: cannot read: {e}") from None
     try:
@@ -86,12 +94,12 @@ def _kind(doc: Any) -> str:
 def _name(doc: Any) -> str:
     if not isinstance(doc, dict):
         return "?"
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    meta = object_at(doc, "metadata")
     return f"{doc.get('kind', '?')} {meta.get('name') or meta.get('generateName') or '?'}"
 
 
 def _review(doc: dict[str, Any]) -> dict[str, Any]:
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    meta = object_at(doc, "metadata")
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "offline", "kind": {"kind": doc.get("kind", "")}, "operation": "CREATE",
         "namespace": meta.get("namespace") or "default", "name": meta.get("name", ""), "object": doc}}
@@ -126,30 +134,40 @@ def _inputs(ns: argparse.Namespace) -> tuple[Config, list[tuple[str, dict[str, A
     return config, objects
 
 
+def kubevirt_cr(path: str) -> KubeVirtStatus:
+    """The KubeVirt CR in a file (alone, in a List, or among other objects). Raises InputError
+    unless there is exactly one."""
+    found = [(label, doc) for label, doc in documents(path) if _kind(doc) == "KubeVirt"]
+    if len(found) != 1:
+        where = "none" if not found else ", ".join(label for label, _ in found)
+        raise InputError(f"{path}: --kubevirt-cr takes a file with the cluster's one KubeVirt object, found {where}")
+    return KubeVirtStatus.from_cr(found[0][1])
+
+
 def check_main(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     try:
         config, objects = _inputs(ns)
+        kubevirt = kubevirt_cr(ns.kubevirt_cr) if ns.kubevirt_cr else None
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     denied = checked = 0
-    for label, doc in objects:
-        if ns.all:
-            doc = _select(doc)
+    for label, given in objects:
+        doc = _select(given) if ns.all else given
         t = target(doc["kind"], doc)
         if t is None or not t.selected:
             print(f"{label}: {_name(doc)}: not selected for Cloud Hypervisor ({ANNOTATION}: {VALUE}); "
                   f"skipped", file=out)
             continue
         checked += 1
-        if doc["kind"] == "VirtualMachineInstance":
-            doc = with_virt_api_defaults(doc)  # what virt-api writes before the webhook sees it
-        response = validate(parse_review(_review(doc)), config).review["response"]
+        # a VMI as virt-api writes it before the webhook sees it
+        seen = with_virt_api_defaults(doc) if doc["kind"] == "VirtualMachineInstance" else doc
+        response = validate(parse_review(_review(seen)), config, kubevirt, version_gate=False).review["response"]
         if response["allowed"]:
-            print(f"{label}: {_name(doc)}: allowed", file=out)
+            print(f"{label}: {_name(seen)}: allowed", file=out)
         else:
             denied += 1
-            print(f"{label}: {_name(doc)}: DENIED", file=out)
+            print(f"{label}: {_name(seen)}: DENIED", file=out)
             status = response["status"]
             for cause in status.get("details", {}).get("causes", []):
                 print(f"  {cause.get('field') or '-'}: {cause['type']}: {cause['message']}", file=out)
@@ -173,9 +191,8 @@ def overhead_table(vmi_doc: dict[str, Any], config: Config, kubevirt: str = "mai
     kv = kubevirt_overhead(vmi, constants=KUBEVIRT_CONSTANTS[kubevirt], arch=arch, ratio=config.overhead.ratio)
     width = max(len(r.label) for r in ROWS)
     lines = [f"{'term':<{width}}  {'CH MiB':>9}  {'QEMU MiB':>9}"]
-    for row in ROWS:
-        if ch[row.key] or kv[row.key]:
-            lines.append(f"{row.label:<{width}}  {_mib(ch[row.key])}  {_mib(kv[row.key])}")
+    lines.extend(f"{row.label:<{width}}  {_mib(ch[row.key])}  {_mib(kv[row.key])}"
+                 for row in ROWS if ch[row.key] or kv[row.key])
     lines.append(f"{'total':<{width}}  {_mib(ch.total)}  {_mib(kv.total)}")
     ratio = kv.total / ch.total if ch.total else float("inf")
     lines.append(f"Cloud Hypervisor needs {ch.total} bytes, KubeVirt {kubevirt} reserves {kv.total} bytes for QEMU: "

@@ -36,7 +36,7 @@ from typing import Any
 
 from admission.config import Config, ConfigError, load_config
 from admission.launcher_status import IMAGE_ANNOTATION, OUTDATED_LABEL, PATCHED_PHASES
-from admission.selection import VALUE, annotations, get, hypervisor
+from admission.selection import VALUE, annotations_of, get, hypervisor, object_at
 
 CURRENT, OUTDATED, UNJUDGED = "current", "outdated", "-"
 LIST_TIMEOUT = (2.0, 60.0)  # connect, read (seconds): one list of every VMI
@@ -63,9 +63,9 @@ def rows(vmis: list[Any], config: Config) -> list[Row]:
     for vmi in vmis:
         if not isinstance(vmi, dict) or hypervisor(vmi) != VALUE:
             continue
-        status = get(vmi, "status") if isinstance(get(vmi, "status"), dict) else {}
+        status = object_at(vmi, "status")
         phase = status.get("phase") if isinstance(status.get("phase"), str) else ""
-        image = annotations(vmi).get(IMAGE_ANNOTATION)
+        image = annotations_of(vmi).get(IMAGE_ANNOTATION)
         if not isinstance(image, str) or not image:
             reported = status.get("launcherContainerImageVersion")
             # without our annotation the webhook never rewrote it: the status is the pod's image
@@ -89,7 +89,7 @@ def resync_patch(vmi: dict[str, Any]) -> list[dict[str, Any]]:
     labels = get(vmi, "metadata", "labels")
     if isinstance(labels, dict) and OUTDATED_LABEL in labels:
         ops.append({"op": "remove", "path": "/metadata/labels/" + OUTDATED_LABEL.replace("/", "~1")})
-    if IMAGE_ANNOTATION in annotations(vmi):
+    if IMAGE_ANNOTATION in annotations_of(vmi):
         ops.append({"op": "remove", "path": "/metadata/annotations/" + IMAGE_ANNOTATION.replace("/", "~1")})
     return ops
 
@@ -98,7 +98,8 @@ def table(found: list[Row]) -> str:
     header = ("NAMESPACE", "NAME", "PHASE", "LAUNCHER IMAGE", "KUBEVIRT SEES", "SHOULD SEE")
     lines = [header] + [(r.namespace, r.name, r.phase, r.image or "-", r.kubevirt, r.wanted) for r in found]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("   ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines) + "\n"
+    rows = ("   ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines)
+    return "\n".join(rows) + "\n"
 
 
 class OperatorClient:

@@ -21,7 +21,7 @@ from decimal import Decimal
 
 from admission.versions import parse_version
 from ch_launcher.convert.runtime import runtime_processes_needed
-from ch_launcher.kubevirt.quantity import MiB, GiB, quantity_bytes
+from ch_launcher.kubevirt.quantity import GiB, MiB, quantity_bytes
 from ch_launcher.kubevirt.vmi import CPU, VirtualMachineInstance
 
 # --- KubeVirt's constants ---------------------------------------------------------------------
@@ -224,9 +224,9 @@ def vcpu_count(cpu: CPU | None, requests: Mapping[str, object], limits: Mapping[
             if part:
                 n = part if n == 0 else n * part
     elif "cpu" in limits:
-        n = quantity_bytes(limits["cpu"])  # type: ignore[arg-type]
+        n = quantity_bytes(limits["cpu"])
     elif "cpu" in requests:
-        n = quantity_bytes(requests["cpu"])  # type: ignore[arg-type]
+        n = quantity_bytes(requests["cpu"])
     else:
         n = 0
     return max(n, 1)
@@ -371,11 +371,12 @@ def ch_overhead(vmi: VirtualMachineInstance, *, settings: CHSettings = CHSetting
     """The Cloud Hypervisor pod's overhead, row by row against `kubevirt_overhead()`.
 
     Kept from KubeVirt because they do not depend on the VMM: page tables (KVM's EPT/shadow
-    pages, kernel memory charged to the pod), the downward-metrics emptyDir, exec probes (virt-probe runs in `compute` either way), SEV,
-    swtpm (CH talks to the same swtpm over its socket), the dedicated-CPU/Guaranteed margin (a
-    pod whose limit equals its request has no slack under any VMM; kept until measured), the
-    user's reservedOverhead, the ratio (applied at the same point) and the network terms
-    (passt and binding plugins run beside the VMM, whichever it is).
+    pages, kernel memory charged to the pod), the downward-metrics emptyDir, exec probes
+    (virt-probe runs in `compute` either way), SEV, swtpm (CH talks to the same swtpm over its
+    socket), the dedicated-CPU/Guaranteed margin (a pod whose limit equals its request has no
+    slack under any VMM; kept until measured), the user's reservedOverhead, the ratio (applied at
+    the same point) and the network terms (passt and binding plugins run beside the VMM,
+    whichever it is).
 
     Dropped: virtlogd does not run (CH writes its own log); video RAM (CH has no display device).
 

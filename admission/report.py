@@ -98,7 +98,7 @@ class EventPoster:
         return ref
 
     def _body(self, event: Event) -> dict[str, Any]:
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         return {"apiVersion": "v1", "kind": "Event",
                 "metadata": {"generateName": f"{self.deployment}.", "namespace": self.namespace},
                 "involvedObject": self._involved(), "type": event.type, "reason": event.reason,

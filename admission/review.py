@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from admission.selection import object_at
+
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 MAX_CAUSES = 10  # KubeVirt reports the first 10 causes
@@ -100,8 +102,8 @@ def parse_review(body: bytes | str | Mapping[str, Any]) -> AdmissionRequest:
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise ReviewError(400, "request.uid is missing or not a string")
-    kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
-    resource = request.get("resource") if isinstance(request.get("resource"), dict) else {}
+    kind = object_at(request, "kind")
+    resource = object_at(request, "resource")
     return AdmissionRequest(problem=_problem(request),
         uid=uid,
         kind=_str(kind.get("kind")),

@@ -12,6 +12,10 @@ of an existing VMI is fixed); otherwise the feature check runs only when the VMI
 the template, or their selection) changed, so KubeVirt's own label, annotation and finalizer
 updates are never refused; objects being deleted are always allowed. DELETE and CONNECT are
 allowed. `dryRun` needs nothing special: the webhook has no side effects.
+
+The cluster's KubeVirt (`cluster.KubeVirtStatus`, from its CR) is consulted whenever the
+features are judged: on CREATE the version gate, on CREATE and UPDATE which host-device
+resources it permits as USB (the translator refuses those: Cloud Hypervisor has no USB).
 """
 
 from __future__ import annotations
@@ -23,9 +27,23 @@ from admission.cluster import KubeVirtStatus, version_problem
 from admission.config import Config
 from admission.review import AdmissionRequest, Cause, allow, deny, deny_invalid
 from admission.selection import (
-    ANNOTATION, ANNOTATION_FIELD, VALUE, Target, get, hypervisor, prefix_field, prefix_paths, target,
+    ANNOTATION,
+    ANNOTATION_FIELD,
+    VALUE,
+    Target,
+    get,
+    hypervisor,
+    object_at,
+    prefix_field,
+    prefix_paths,
+    target,
 )
-from ch_launcher.convert import NoMemoryRequested, check
+from ch_launcher.convert import LauncherEnv, NoMemoryRequested, check
+
+# An object that asks for host devices or GPUs is judged with the KubeVirt CR read at most this
+# long ago, so that a resource just permitted as USB (by an operator, or a controller that edits
+# permittedHostDevices when a user claims a USB device) is refused from then on.
+HOST_DEVICES_MAX_AGE = 5.0
 
 
 @dataclass(frozen=True)
@@ -37,17 +55,42 @@ class Outcome:
     verdict: str
 
 
-def wants_kubevirt_status(request: AdmissionRequest) -> bool:
-    """Whether `validate()` will consult the version gate (CREATE of a selected object), so the
-    server fetches the cluster's KubeVirt status only then."""
-    if request.operation != "CREATE":
-        return False
-    t = target(_kind(request), request.object)
-    return t is not None and t.selected
+@dataclass(frozen=True)
+class KubeVirtWanted:
+    """`validate()` will consult the cluster's KubeVirt status, read at most `max_age` seconds
+    ago (None: however old the server's cache allows)."""
+
+    max_age: float | None = None
 
 
-def validate(request: AdmissionRequest, config: Config, kubevirt: KubeVirtStatus | None = None) -> Outcome:
-    """Decide one `/validate` request. Never raises for any request content."""
+def wants_kubevirt_status(request: AdmissionRequest) -> KubeVirtWanted | None:
+    """Whether `validate()` will consult the cluster's KubeVirt status (whenever it judges a
+    selected object's features: CREATE, and an UPDATE that changed them), so the server fetches
+    it only then; for objects asking for host devices or GPUs, fresh (HOST_DEVICES_MAX_AGE)."""
+    t = _triage(request)
+    if not isinstance(t, Target):
+        return None
+    return KubeVirtWanted(HOST_DEVICES_MAX_AGE if _asks_for_host_devices(t) else None)
+
+
+def validate(request: AdmissionRequest, config: Config, kubevirt: KubeVirtStatus | None = None, *,
+             version_gate: bool = True) -> Outcome:
+    """Decide one `/validate` request. Never raises for any request content.
+
+    `kubevirt`: the cluster's KubeVirt as last read, None without one (no gate, no host device
+    known as USB). `version_gate` False judges host devices by it but never gates on its
+    version (offline `check --kubevirt-cr`, which reads a file, not a running KubeVirt).
+    """
+    first = _triage(request)
+    if isinstance(first, Outcome):
+        return first
+    gate = kubevirt if version_gate and request.operation == "CREATE" else None
+    return _check(request.uid, first, request, config, kubevirt, gate)
+
+
+def _triage(request: AdmissionRequest) -> Outcome | Target:
+    """The answer when no feature needs judging (not ours, metadata-only updates, deletions,
+    malformed requests), else the object whose features `_check()` judges."""
     uid = request.uid
     if request.problem:
         return Outcome(deny(uid, request.problem), "invalid")
@@ -81,8 +124,12 @@ def validate(request: AdmissionRequest, config: Config, kubevirt: KubeVirtStatus
             return Outcome(allow(uid), "ignored")  # metadata-only update: nothing for us to check
     elif not new.selected:
         return Outcome(allow(uid), "ignored")
+    return new
 
-    return _check(uid, new, request, config, kubevirt if request.operation == "CREATE" else None)
+
+def _asks_for_host_devices(t: Target) -> bool:
+    devices = get(t.template, "spec", "domain", "devices")
+    return any(isinstance(found := get(devices, key), list) and len(found) > 0 for key in ("hostDevices", "gpus"))
 
 
 # request.resource.resource -> kind, for a request without request.kind (KubeVirt's own webhooks
@@ -126,8 +173,7 @@ def vmi_from_template(t: Target, namespace: str) -> dict[str, Any] | None:
         return None
     if t.kind == "VirtualMachineInstance":
         return t.template
-    metadata = t.template.get("metadata") if isinstance(t.template.get("metadata"), dict) else {}
-    metadata = dict(metadata)
+    metadata = dict(object_at(t.template, "metadata"))
     if namespace and not metadata.get("namespace"):
         metadata["namespace"] = namespace
     return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
@@ -140,7 +186,9 @@ def _warning_text(field: str, message: str) -> str:
 
 
 def _check(uid: str, t: Target, request: AdmissionRequest, config: Config,
-           kubevirt: KubeVirtStatus | None) -> Outcome:
+           kubevirt: KubeVirtStatus | None, gate: KubeVirtStatus | None) -> Outcome:
+    """The translator's verdict on the object's VMI (knowing the host devices `kubevirt`
+    permits), and the version gate on `gate` (None: no gate)."""
     warnings: list[str] = []
     causes: list[Cause] = []
     if t.on_owner:
@@ -151,13 +199,14 @@ def _check(uid: str, t: Target, request: AdmissionRequest, config: Config,
         where = t.prefix.rstrip(".")
         causes.append(Cause("FieldValueRequired", f"{where} is a required field", where))
     else:
-        verdict = check(vmi)
+        env = LauncherEnv(permitted_host_devices=kubevirt.host_devices) if kubevirt is not None else None
+        verdict = check(vmi, env)
         for p in verdict.problems:
             if isinstance(p, NoMemoryRequested) and t.kind != "VirtualMachineInstance":
                 continue  # a template's size may come from an instancetype: KubeVirt asks it of VMIs only
             causes.append(Cause(p.reason, prefix_paths(p.message, t.prefix), prefix_field(p.field, t.prefix)))
         warnings.extend(prefix_paths(_warning_text(w.field, w.message), t.prefix) for w in verdict.warnings)
-    problem = version_problem(kubevirt, config.kubevirt.version_range)
+    problem = version_problem(gate, config.kubevirt.version_range)
     if problem:
         field = (t.prefix if t.on_template else "") + ANNOTATION_FIELD
         causes.append(Cause("FieldValueNotSupported", f"{field}: {problem}", field))

@@ -34,14 +34,20 @@ def get(obj: Any, *path: str) -> Any:
     return obj
 
 
-def annotations(obj: Any, *path: str) -> dict[str, Any]:
-    found = get(obj, *path, "metadata", "annotations")
+def object_at(obj: Any, *path: str) -> dict[str, Any]:
+    """The object (dict) at `path`, or {} when it is missing or not an object."""
+    found = get(obj, *path)
     return found if isinstance(found, dict) else {}
+
+
+def annotations_of(obj: Any, *path: str) -> dict[str, Any]:
+    """The `metadata.annotations` of the object at `path` ({} when absent or not an object)."""
+    return object_at(obj, *path, "metadata", "annotations")
 
 
 def hypervisor(obj: Any, *path: str) -> str | None:
     """The annotation's value on the object at `path` (None when absent or not a string)."""
-    value = annotations(obj, *path).get(ANNOTATION)
+    value = annotations_of(obj, *path).get(ANNOTATION)
     return value if isinstance(value, str) else None
 
 
@@ -78,7 +84,7 @@ def target(kind: str, obj: Any) -> Target | None:
     template = get(obj, *path) if path else obj
     template = template if isinstance(template, dict) else None
     on_template = hypervisor(template) == VALUE if template is not None else False
-    owners = [()] if path else []
+    owners: list[tuple[str, ...]] = [()] if path else []
     if kind == "VirtualMachinePool":
         owners.append(("spec", "virtualMachineTemplate"))
     owner = next((p for p in owners if hypervisor(obj, *p) == VALUE), None)

@@ -27,7 +27,8 @@ def parse_version(text: str) -> Version:
     m = _VERSION.match(text.strip()) if isinstance(text, str) else None
     if not m:
         raise ValueError(f"not a version: {text!r} (expected e.g. v1.9.0)")
-    return tuple(int(g or 0) for g in m.groups())  # type: ignore[return-value]
+    major, minor, patch = (int(g or 0) for g in m.groups())
+    return major, minor, patch
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import statistics
 import sys
 import time
@@ -136,9 +137,9 @@ def main() -> None:
             verdict = check(copy.deepcopy(body), env)
             if verdict.problems:  # a benchmark of refusals would measure the wrong thing
                 raise SystemExit(f"{label} VMI is refused ({name}): {verdict.problems}")
-        base = rate(lambda: parse_vmi(body), args.seconds)
-        adm = rate(lambda: check(body, admission), args.seconds)
-        run = rate(lambda: translate(body, launcher), args.seconds)
+        base = rate(functools.partial(parse_vmi, body), args.seconds)
+        adm = rate(functools.partial(check, body, admission), args.seconds)
+        run = rate(functools.partial(translate, body, launcher), args.seconds)
         print(f"{label}:")
         print(f"  parse_vmi (baseline)       {base:10.0f}/s")
         print(f"  check()    (admission)     {adm:10.0f}/s   {base / adm:5.1f}x the decode time")

@@ -407,18 +407,20 @@ async def bench(launchers: int, clients: int, seconds: float, pause: float) -> N
             where_it_goes(first.launcher.pid)
         vm = vmm_memory(first.vmm_pid) if first.vmm_pid else None
 
-        print(f"\n  memory, one launcher after Sync with its VM running (RSS / PSS / anonymous; ratio of PSS)")
+        print("\n  memory, one launcher after Sync with its VM running (RSS / PSS / anonymous; ratio of PSS)")
         for label, r in (("bare interpreter", r_interp), ("bare grpc.aio server", r_bare), ("ch-launcher", r_one)):
             print(f"    {label:22s} {mib(r['Rss'])} {mib(r['Pss'])} {mib(r['Pss_Anon'])}   "
                   f"{r['Pss'] / r_interp['Pss']:4.1f}x interpreter, {r['Pss'] / r_bare['Pss']:4.2f}x grpc.aio")
-        print(f"    launcher's peak RSS (VmHWM: start-up, translation, preparation) {mib(peak_rss(first.launcher.pid))}; "
+        print(f"    launcher's peak RSS (VmHWM: start-up, translation, preparation) "
+              f"{mib(peak_rss(first.launcher.pid))}; "
               f"file-backed now {mib(r_one['Rss'] - r_one['Anonymous'])} RSS, clean pages the kernel can reclaim")
         print(f"    threads: launcher {sum(one_threads.values())} ({_names(one_threads)}); "
               f"bare grpc.aio {sum(bare_threads.values())}")
         print("    where the launcher's PSS goes: " + "; ".join(f"{k} {v:.1f}" for k, v in one_kinds if v >= 0.3))
         if vm:
             print(f"  cloud-hypervisor beside it (1 GiB / 1 vCPU, {'tiny guest running' if vmm else 'simulated'}): "
-                  f"RSS {vm['rss']:.1f} MiB, PSS {vm['pss']:.1f} MiB, of which guest RAM touched {vm['guest_rss']:.1f} MiB; "
+                  f"RSS {vm['rss']:.1f} MiB, PSS {vm['pss']:.1f} MiB, "
+                  f"of which guest RAM touched {vm['guest_rss']:.1f} MiB; "
                   f"its own RSS {vm['own_rss']:.1f} MiB, PSS {vm['own_pss']:.1f} MiB; page tables {vm['pte']:.2f} MiB; "
                   f"{vm['threads']} threads")
 
@@ -448,23 +450,25 @@ async def bench(launchers: int, clients: int, seconds: float, pause: float) -> N
         per = [rollup(p.launcher.pid) for p in pods]
         pss = [r["Pss"] for r in per]
         anon = [r["Pss_Anon"] for r in per]
-        print(f"\n  {launchers} launchers side by side, each with its VM (all but the first paused): PSS per launcher mean {mib(statistics.mean(pss))}, "
+        print(f"\n  {launchers} launchers side by side, each with its VM (all but the first paused): "
+              f"PSS per launcher mean {mib(statistics.mean(pss))}, "
               f"max {mib(max(pss))} (the lone one above: {mib(r_one['Pss'])}; "
               f"{statistics.mean(pss) / r_one['Pss']:.2f}x); anonymous mean {mib(statistics.mean(anon))}")
         vms = [vmm_memory(p.vmm_pid) for p in pods if p.vmm_pid]
         if vms:
-            print(f"    cloud-hypervisor per VM: PSS mean {statistics.mean(v['pss'] for v in vms):.1f} MiB, own PSS mean "
-                  f"{statistics.mean(v['own_pss'] for v in vms):.1f} MiB")
+            print(f"    cloud-hypervisor per VM: PSS mean {statistics.mean(v['pss'] for v in vms):.1f} MiB, "
+                  f"own PSS mean {statistics.mean(v['own_pss'] for v in vms):.1f} MiB")
 
         if vmm:
             print("\n  cloud-hypervisor alone, tiny guest running: own RSS / guest RAM touched / page tables / threads")
             for vcpus, disks, memory in ((1, 0, 1), (1, 8, 1), (8, 1, 1), (1, 1, 4)):
                 v = await asyncio.to_thread(vmm_alone, vmm, vcpus, disks, memory << 30)
-                print(f"    {vcpus} vCPU, {disks} disks, {memory} GiB:   {v['own_rss']:5.1f} MiB / {v['guest_rss']:4.1f} MiB / "
-                      f"{v['pte']:4.2f} MiB / {v['threads']}")
+                print(f"    {vcpus} vCPU, {disks} disks, {memory} GiB:   {v['own_rss']:5.1f} MiB / "
+                      f"{v['guest_rss']:4.1f} MiB / {v['pte']:4.2f} MiB / {v['threads']}")
 
-        steps = json.loads(subprocess.run([python, "-c", ATTRIBUTION, json.dumps(IMPORT_STEPS)], env=env,
-                                          capture_output=True, text=True, check=True).stdout)
+        attribution = await asyncio.to_thread(subprocess.run, [python, "-c", ATTRIBUTION, json.dumps(IMPORT_STEPS)],
+                                              env=env, capture_output=True, text=True, check=True)
+        steps = json.loads(attribution.stdout)
         print("\n  import attribution (anonymous memory each step adds, image interpreter):")
         previous = 0
         for label, kib, modules in steps:
@@ -525,7 +529,7 @@ async def pause_resume(pod: Pod, every: float = 0.25) -> None:
 def load(socket_path: str, clients: int, seconds: float, pause: float) -> list[float]:
     done = subprocess.run([sys.executable, "-c", LOAD_CLIENT, socket_path, str(clients), str(seconds), str(pause)],
                           cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-                          timeout=seconds + 60)
+                          timeout=seconds + 60, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the load client failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout)

@@ -132,7 +132,8 @@ def main() -> int:
     # Where the raise can only reach the hard limit, the VM must fit in it to boot at all.
     guest = 128 << 20 if unlimited or hard == resource.RLIM_INFINITY else hard
     print(f"memlock before/after virt-handler's raise (pod sandbox, uid 107; started with soft {START_SOFT >> 10} KiB "
-          f"under hard {fmt((str(hard), str(hard))).split('/')[1]}; raise to {'unlimited' if unlimited else 'the hard limit: no CAP_SYS_RESOURCE here'}; "
+          f"under hard {fmt((str(hard), str(hard))).split('/')[1]}; "
+          f"raise to {'unlimited' if unlimited else 'the hard limit: no CAP_SYS_RESOURCE here'}; "
           f"guest {guest >> 20} MiB; load {os.getloadavg()[0]:.1f}; {args.rounds} rounds per VMI)")
     for kind in ("simulated", "real"):
         if kind == "real" and (why := real_vmm_reason()):
@@ -145,14 +146,16 @@ def main() -> int:
         first = locked[0]
         print(f"  {kind} VMM, memLock Required: before: " + ", ".join(
             f"{name} {fmt(v)}" for name, v in first["before"].items())
-            + f"; virtqemud raised to {fmt(first['virtqemud raised'])}; after: the VMM that boots {fmt(first['after']['VMM'])}"
-            f" (replaced in {sum(r['replaced'] for r in locked)}/{len(locked)} rounds), VmLck {first['VmLck'] >> 10} KiB")
+            + f"; virtqemud raised to {fmt(first['virtqemud raised'])}; "
+            f"after: the VMM that boots {fmt(first['after']['VMM'])}"
+            f" (replaced in {sum(r['replaced'] for r in locked)}/{len(locked)} rounds), "
+            f"VmLck {first['VmLck'] >> 10} KiB")
         print(f"  {kind} VMM, without memLock (no raise): the VMM {fmt(plain[0]['after']['VMM'])} "
               f"(replaced in {sum(r['replaced'] for r in plain)}/{len(plain)} rounds)")
         with_lock = statistics.median(r["sync"] for r in locked) * 1000
         without = statistics.median(r["sync"] for r in plain) * 1000
-        print(f"  {kind} VMM, Sync -> Running p50: {with_lock:.0f} ms with memLock (VMM replaced), {without:.0f} ms without "
-              f"(baseline, same run): {with_lock / without:.2f}x")
+        print(f"  {kind} VMM, Sync -> Running p50: {with_lock:.0f} ms with memLock (VMM replaced), "
+              f"{without:.0f} ms without (baseline, same run): {with_lock / without:.2f}x")
     return 0
 
 

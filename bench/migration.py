@@ -37,7 +37,6 @@ Timings depend on the machine's load (printed); compare within one run.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import pathlib
 import shutil
@@ -106,7 +105,8 @@ def baseline_round(memory: int) -> Round:
         proxies.start_target_listener(uid, [os.path.join(root, "virtqemud-sock"), receive_socket])
         ports = proxies.get_target_listener_ports(uid)
         proxies.start_source_listener(uid, "127.0.0.1", ports, os.path.join(root, "source"))
-        (send_socket,) = [f for f in proxies.get_source_listener_files(uid) if f.endswith(f"-{DIRECT_PORT}-source.sock")]
+        (send_socket,) = [f for f in proxies.get_source_listener_files(uid)
+                          if f.endswith(f"-{DIRECT_PORT}-source.sock")]
         src.events.set_mark()
         begun = time.monotonic()
         src.client.send_migration(f"unix:{send_socket}")

@@ -25,7 +25,13 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from demo import (  # noqa: E402
-    FAKE_CH, CmdClient, LauncherLayout, LauncherProcess, NotifyRecorder, container_disk_images, fake_firmware,
+    FAKE_CH,
+    CmdClient,
+    LauncherLayout,
+    LauncherProcess,
+    NotifyRecorder,
+    container_disk_images,
+    fake_firmware,
 )
 from tests.functional.harness import make_vmi  # noqa: E402
 
@@ -52,7 +58,9 @@ async def one_run() -> dict[str, tuple[int, int]]:
     launcher = LauncherProcess(layout, name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
                                ch_binary=str(FAKE_CH), extra_args=["--kubevirt-runtime-processes"])
     client = None
-    bare = subprocess.Popen([sys.executable, "-I", "-S", "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    # Popen returns once the child is forked; the loop has nothing else to run yet
+    bare = subprocess.Popen([sys.executable, "-I", "-S", "-c", "import sys; sys.stdin.read()"],  # noqa: ASYNC220
+                            stdin=subprocess.PIPE)
     try:
         await recorder.start()
         launcher.start()
@@ -84,7 +92,8 @@ def main() -> int:
         found = asyncio.run(one_run())
         bare_pss = found["bare python -I -S"][0] or 1
         print(f"  run {i + 1}: " + "   ".join(
-            f"{name} {p / 1024:5.1f} / {a / 1024:4.1f}" + (f" ({p / bare_pss:.2f}x bare)" if name in ("monitor", "spawner") else "")
+            f"{name} {p / 1024:5.1f} / {a / 1024:4.1f}"
+            + (f" ({p / bare_pss:.2f}x bare)" if name in ("monitor", "spawner") else "")
             for name, (p, a) in found.items()))
     return 0
 

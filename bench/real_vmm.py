@@ -129,7 +129,7 @@ async def measure(binary: str, rounds: int, *, minimal: bool) -> tuple[list[floa
 
 
 def report(what: str, launcher_times: list[float], bare_times: list[float]) -> None:
-    ratios = [a / b for a, b in zip(launcher_times, bare_times)]
+    ratios = [a / b for a, b in zip(launcher_times, bare_times, strict=True)]
     ms = ", ".join(f"{t * 1000:.0f}" for t in launcher_times)
     print(f"  {what}")
     print(f"    Sync -> Running event (ch-launcher)    p50 {statistics.median(launcher_times) * 1000:7.1f} ms   "
@@ -159,7 +159,8 @@ async def bench(rounds: int) -> None:
         print(f"  launcher memory, real VMM beside it    RSS {rss / 1024:6.1f} MiB   PSS {pss / 1024:6.1f} MiB   "
               f"anonymous {anon / 1024:5.1f} MiB (the VMM excluded)")
         if vmm is not None:
-            print(f"  the VMM itself (tiny guest, 128 MiB)   RSS {vmm[0] / 1024:6.1f} MiB   PSS {vmm[1] / 1024:6.1f} MiB")
+            print(f"  the VMM itself (tiny guest, 128 MiB)   RSS {vmm[0] / 1024:6.1f} MiB   "
+                  f"PSS {vmm[1] / 1024:6.1f} MiB")
     print(f"  (load at the end {os.getloadavg()[0]:.2f})")
 
 

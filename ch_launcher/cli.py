@@ -32,9 +32,9 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ch_launcher.kubevirt import paths
 
@@ -230,7 +230,7 @@ def launch(settings: Settings, link: MonitorLink) -> int:
     from ch_launcher.ch.exits import ExitReports
     from ch_launcher.ch.process import VmmSpawning
     from ch_launcher.ch.proctitle import set_cmdline, set_comm
-    from ch_launcher.ch.spawner import SpawnError, Spawner
+    from ch_launcher.ch.spawner import Spawner, SpawnError
 
     # The monitor keeps the full command line; this one says what it is (ps, kubevirt-probe).
     set_comm("ch-launcher")
@@ -298,7 +298,7 @@ async def run(settings: Settings, spawning: VmmSpawning | None = None) -> int:
     return code
 
 
-async def _until_early_exit(work: Any, early_exit: asyncio.Event) -> int:
+async def _until_early_exit(work: Awaitable[int], early_exit: asyncio.Event) -> int:
     """`work`'s status, unless virt-handler's SignalTargetPodCleanup comes first (in any phase:
     the Go launcher checks `ReceivedEarlyExitSignal` while it waits for the domain and in its
     process monitor): then exit at once with EXIT_TIMEOUT, as virt-launcher's panic does."""
@@ -323,7 +323,7 @@ def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:
 async def supervise(manager: DomainManager, settings: Settings, stop: asyncio.Event,
                     early_exit: asyncio.Event) -> int:
     """Steps 2-4 of the module docstring; returns the exit status."""
-    from ch_launcher.lifecycle import Intent, VmState
+    from ch_launcher.lifecycle import ALIVE, Intent
 
     loop = asyncio.get_running_loop()
     # 2. a VM must be defined within --qemu-timeout
@@ -343,20 +343,22 @@ async def supervise(manager: DomainManager, settings: Settings, stop: asyncio.Ev
         log.error("timed out waiting for domain to be defined (no VM booted within %gs)", settings.qemu_timeout)
         return EXIT_TIMEOUT
 
-    alive = (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED)
     grace_timer: asyncio.TimerHandle | None = None
 
     def kill_after_grace() -> None:
         log.info("grace period of %ds expired: killing the VM", settings.grace_period_seconds)
         task = asyncio.ensure_future(manager.execute(Intent.KILL, None, budget=60.0))
-        task.add_done_callback(lambda t: t.cancelled() or t.exception() is None
-                               or log.error("kill after the grace period failed: %s", t.exception()))
+        task.add_done_callback(log_kill_failure)
+
+    def log_kill_failure(task: asyncio.Task[str]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("kill after the grace period failed: %s", task.exception())
 
     try:
         while True:
             # 3. watch the VM until it is down (or gone)
-            while manager.state in alive:
-                waits = {asyncio.ensure_future(manager.wait_until(lambda: manager.state not in alive))}
+            while manager.state in ALIVE:
+                waits = {asyncio.ensure_future(manager.wait_until(lambda: manager.state not in ALIVE))}
                 if grace_timer is None:  # until SIGTERM; afterwards only the VM's end matters
                     waits.add(asyncio.ensure_future(stop.wait()))
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -367,16 +369,16 @@ async def supervise(manager: DomainManager, settings: Settings, stop: asyncio.Ev
                     grace_timer = loop.call_later(max(0, settings.grace_period_seconds), kill_after_grace)
             # 4. the final notification (Delete from virt-handler), unless the VM comes back
             def finished() -> bool:
-                return manager.forgotten.is_set() or manager.state in alive
+                return manager.forgotten.is_set() or manager.state in ALIVE
             await manager.wait_until(finished, FINAL_NOTIFY_WAIT)
-            if manager.state in alive:
+            if manager.state in ALIVE:
                 continue
             if not manager.forgotten.is_set():
                 log.info("Timed out waiting for final delete notification. Attempting to kill domain")
                 with contextlib.suppress(Exception):
                     await manager.execute(Intent.KILL, None, budget=20.0)
                 await manager.wait_until(finished, FINAL_NOTIFY_WAIT_AFTER_KILL)
-                if manager.state in alive:
+                if manager.state in ALIVE:
                     continue
             break
     finally:

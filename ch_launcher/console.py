@@ -160,9 +160,9 @@ class SerialConsole:
             while data := await reader.read(READ_CHUNK):
                 self._write_log(data)
                 client = self._client
-                if client is not None and not client.is_closing():
-                    if client.transport.get_write_buffer_size() < CLIENT_BUFFER_LIMIT:
-                        client.write(data)
+                if (client is not None and not client.is_closing()
+                        and client.transport.get_write_buffer_size() < CLIENT_BUFFER_LIMIT):
+                    client.write(data)
         except (ConnectionError, OSError) as e:
             log.info("serial connection to the VMM ended: %s", e)
         else:

@@ -79,12 +79,13 @@ def run(argv: Sequence[str]) -> int:
         if not agent_version:
             log.info("No guest agent, exiting")
             return 0
-        rpc, request = ((stub.FreezeVirtualMachine,
-                         pb.FreezeRequest(vmi=_vmi_request(args.name, args.namespace).vmi,
-                                          unfreezeTimeoutSeconds=args.unfreezeTimeoutSeconds))
-                        if args.freeze else (stub.UnfreezeVirtualMachine, _vmi_request(args.name, args.namespace)))
+        request = _vmi_request(args.name, args.namespace)
         try:
-            reply = rpc(request, timeout=60.0)
+            if args.freeze:
+                reply = stub.FreezeVirtualMachine(
+                    pb.FreezeRequest(vmi=request.vmi, unfreezeTimeoutSeconds=args.unfreezeTimeoutSeconds), timeout=60.0)
+            else:
+                reply = stub.UnfreezeVirtualMachine(request, timeout=60.0)
         except grpc.RpcError as e:
             log.error("%s failed: %s", "Freezing" if args.freeze else "Unfreezing", e.details() or e.code())
             return 1

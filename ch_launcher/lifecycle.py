@@ -80,8 +80,8 @@ class Outcome:
     error: str | None = None
 
 
-_ALIVE = (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED)
-_UP = (VmState.RUNNING, VmState.PAUSED)  # the guest can be signalled
+ALIVE = (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED)  # a VMM runs the VM
+UP = (VmState.RUNNING, VmState.PAUSED)  # the guest can be signalled
 
 # intent -> state -> outcome, for the intents whose outcome depends on the state alone.
 TABLE: dict[Intent, dict[VmState, Outcome]] = {
@@ -164,7 +164,7 @@ def decide(intent: Intent, state: VmState, *, user_paused: bool = False, vmi_sta
             return Outcome(error=NO_ACPI)
         if state is VmState.UNDEFINED:
             return Outcome(error=DOMAIN_NOT_FOUND)
-        if state in _UP:
+        if state in UP:
             return Outcome((Step.ARM_SOFT_REBOOT, Step.POWER_BUTTON))
         return Outcome(error=NOT_RUNNING)
     return TABLE[intent][state]

@@ -37,6 +37,7 @@ import time
 TYPE_CHECKING = False  # typing and dataclasses stay out of the re-executed monitor
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import ClassVar
 
 PR_SET_CHILD_SUBREAPER = 36
 LEFTOVER_GRACE = 10.0
@@ -50,7 +51,7 @@ class MonitorLink:
     """What the launcher (the monitor's child) gets: the monitor's pid, the read end of the
     exit-report pipe, and whether the monitor could become the subreaper."""
 
-    __slots__ = ("monitor_pid", "exit_reports_fd", "subreaper")
+    __slots__ = ("exit_reports_fd", "monitor_pid", "subreaper")
 
     def __init__(self, monitor_pid: int, exit_reports_fd: int, subreaper: bool) -> None:
         self.monitor_pid = monitor_pid
@@ -64,7 +65,7 @@ def become_subreaper() -> bool:
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0  # ctypes: c_int, untyped
     except (OSError, AttributeError):
         return False
 
@@ -151,7 +152,7 @@ def _watch(launcher: int, reports: int) -> int:
 
 
 def _reap() -> list[tuple[int, int]]:
-    reaped = []
+    reaped: list[tuple[int, int]] = []
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -213,7 +214,7 @@ def _name(comm: str, cmdline: str) -> None:
 class _Log:
     """KubeVirt's JSON log lines (ch_launcher/kubevirt/log.py's format), without `logging`."""
 
-    context: dict[str, str] = {}
+    context: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def line(cls, level: str, msg: str) -> None:

@@ -96,7 +96,8 @@ def highest_common_version(server: list[int] | tuple[int, ...], client: tuple[in
     return max(common)
 
 
-def k8s_event_json(*, type: str, reason: str, message: str, namespace: str, name: str, uid: str,
+def k8s_event_json(*, type: str, reason: str,  # noqa: A002 - the Event's field; callers pass type=
+                   message: str, namespace: str, name: str, uid: str,
                    component: str = "ch-launcher") -> bytes:
     """A `core/v1 Event` about the VMI, as virt-handler's HandleK8sEvent expects it: it re-emits
     the event only for a VMI in its cache with `involvedObject` namespace, name and uid."""
@@ -155,7 +156,7 @@ class Notifier:
         self._warm_up: asyncio.Task[None] | None = None
         self._connecting = asyncio.Lock()
         self._channel: grpc.aio.Channel | None = None
-        self._stub: notify_grpc.NotifyStub | None = None
+        self._stub: notify_grpc.NotifyAsyncStub | None = None
         self._closed = False
         self._failing_since: float | None = None
 
@@ -178,8 +179,8 @@ class Notifier:
             self._domain.append(event)
         self._kick()
 
-    async def send_k8s_event(self, *, type: str, reason: str, message: str, namespace: str, name: str,
-                             uid: str) -> None:
+    async def send_k8s_event(self, *, type: str, reason: str,  # noqa: A002 - as k8s_event_json
+                             message: str, namespace: str, name: str, uid: str) -> None:
         """Queue a Kubernetes event about the VMI (`type` Normal or Warning) and return at once.
         Raises ValueError for a bad type or a missing VMI identity."""
         payload = k8s_event_json(type=type, reason=reason, message=message, namespace=namespace,
@@ -294,7 +295,7 @@ class Notifier:
                 continue
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # noqa: BLE001 - a bug here must not kill delivery
+            except Exception as e:  # a bug here must not kill delivery
                 log.exception("unexpected error while sending a notification")
                 await self._disconnect()
                 self._note_failure(repr(e))
@@ -358,11 +359,11 @@ class Notifier:
         if not reply.success and reply.message:
             raise NotifyError(f"virt-handler answered: {reply.message}", refused=True)
 
-    async def _connect(self) -> notify_grpc.NotifyStub:
+    async def _connect(self) -> notify_grpc.NotifyAsyncStub:
         async with self._connecting:  # the sender and connect_early() may both be dialling
             return await self._dial()
 
-    async def _dial(self) -> notify_grpc.NotifyStub:
+    async def _dial(self) -> notify_grpc.NotifyAsyncStub:
         if self._stub is not None:
             return self._stub
         # A fresh channel per connection: gRPC's own reconnect backoff would otherwise make

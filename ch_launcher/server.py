@@ -36,8 +36,8 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import grpc
 
@@ -49,11 +49,17 @@ from ch_launcher.lifecycle import Intent
 from ch_launcher.manager import CommandFailed, DomainManager
 
 if TYPE_CHECKING:  # imported when first needed: readiness must not wait for pydantic models
+    from grpc.aio import ServicerContext as Context  # generic in (request, response) in the stubs only
+
     from ch_launcher.convert import LauncherOptions
     from ch_launcher.convert.topology import HostTopology
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
 
+    VmiContext = Context[pb.VMIRequest, pb.Response]  # most Cmd RPCs: a VMI in, a Response out
+
 log = logging.getLogger(__name__)
+_Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
 
 SUPPORTED_CMD_VERSIONS = [1]  # pkg/handler-launcher-com/cmd/v1/version.go: CmdVersion = 1
 INIT_SOCKET = "launcher-init-sock"
@@ -66,23 +72,22 @@ _NO_AGENT = "Cloud Hypervisor has no QEMU guest agent channel, so there is no gu
 _NO_SEV = f"AMD SEV is not supported by {_BACKEND}"
 _NO_BACKUP = f"backups (changed block tracking) are not supported by {_BACKEND}"
 
-# RPC -> (response type, why it is not served). Each answers success=false, never UNIMPLEMENTED,
-# so virt-handler's error reads "command <Name> failed: "<RPC> is not supported ...: <why>"".
-NOT_SERVED: dict[str, tuple[type, str]] = {
-    "HotplugHostDevices": (pb.Response, f"hot-plugging host devices (SR-IOV interfaces added to a running VMI) "
-                                        f"is not supported by {_BACKEND}: they are passed at boot only"),
-    "VirtualMachineMemoryDump": (pb.Response, "memory dumps are not supported: Cloud Hypervisor's vm.coredump "
-                                              "exists only in guest_debug builds"),
-    "GetSEVInfo": (pb.SEVInfoResponse, _NO_SEV),
-    "GetLaunchMeasurement": (pb.LaunchMeasurementResponse, _NO_SEV),
-    "InjectLaunchSecret": (pb.Response, _NO_SEV),
-    "GetScreenshot": (pb.ScreenshotResponse, "Cloud Hypervisor has no graphics device (no VNC), so there is no "
-                                             "screen to capture"),
-    "BackupVirtualMachine": (pb.Response, _NO_BACKUP),
-    "RedefineCheckpoint": (pb.RedefineCheckpointResponse, _NO_BACKUP),
-    "GetVMStats": (pb.VMStatsResponse, "the VMStatsCollector call is not served; GetDomainStats serves the metrics"),
-    "Exec": (pb.ExecResponse, _NO_AGENT),
-    "GuestPing": (pb.GuestPingResponse, _NO_AGENT),
+# RPC -> why it is not served. Each answers success=false (CmdServicer._refuse), never
+# UNIMPLEMENTED, so virt-handler's error reads "command <Name> failed: "<RPC> is not supported ...: <why>"".
+NOT_SERVED: dict[str, str] = {
+    "HotplugHostDevices": f"hot-plugging host devices (SR-IOV interfaces added to a running VMI) "
+                          f"is not supported by {_BACKEND}: they are passed at boot only",
+    "VirtualMachineMemoryDump": "memory dumps are not supported: Cloud Hypervisor's vm.coredump "
+                                "exists only in guest_debug builds",
+    "GetSEVInfo": _NO_SEV,
+    "GetLaunchMeasurement": _NO_SEV,
+    "InjectLaunchSecret": _NO_SEV,
+    "GetScreenshot": "Cloud Hypervisor has no graphics device (no VNC), so there is no screen to capture",
+    "BackupVirtualMachine": _NO_BACKUP,
+    "RedefineCheckpoint": _NO_BACKUP,
+    "GetVMStats": "the VMStatsCollector call is not served; GetDomainStats serves the metrics",
+    "Exec": _NO_AGENT,
+    "GuestPing": _NO_AGENT,
 }
 
 # Cmd RPC -> the intent it asks the manager for (each has virt-handler's 20 s deadline, LONG)
@@ -98,12 +103,25 @@ COMMANDS: dict[str, Intent] = {
 }
 
 
-def budget(context: grpc.aio.ServicerContext, default: float) -> float:
+class Deadline(Protocol):
+    """What `budget` reads of a servicer context."""
+
+    def time_remaining(self) -> float | None: ...
+
+
+def budget(context: Deadline, default: float) -> float:
     """Seconds a handler may take: the call's remaining time (the contract's deadline if the
     client set none), less a margin for encoding and transport."""
     remaining = context.time_remaining()
     limit = default if remaining is None else min(remaining, default)
     return max(0.05, limit - min(1.5, 0.1 * limit + 0.2))
+
+
+class _CarriesVmi(Protocol):
+    """A Cmd request with a VMI (VMIRequest, FreezeRequest, MigrationRequest)."""
+
+    @property
+    def vmi(self) -> pb.VMI: ...
 
 
 def failure(message: str) -> pb.Response:
@@ -151,7 +169,8 @@ def decode_vmi(payload: bytes) -> VirtualMachineInstance:
 
 
 class CmdInfoServicer(info_grpc.CmdInfoServicer):
-    async def Info(self, request: info_pb2.CmdInfoRequest, context: Any) -> info_pb2.CmdInfoResponse:  # noqa: N802
+    async def Info(self, request: info_pb2.CmdInfoRequest,  # noqa: N802
+                   context: Context[info_pb2.CmdInfoRequest, info_pb2.CmdInfoResponse]) -> info_pb2.CmdInfoResponse:
         return info_pb2.CmdInfoResponse(supportedCmdVersions=SUPPORTED_CMD_VERSIONS)
 
 
@@ -162,7 +181,7 @@ class CmdServicer(cmd_grpc.CmdServicer):
         self._manager = manager
         self._on_early_exit = on_early_exit
 
-    async def _command(self, rpc: str, request: pb.VMIRequest, context: Any) -> pb.Response:
+    async def _command(self, rpc: str, request: pb.VMIRequest, context: Deadline) -> pb.Response:
         intent = COMMANDS[rpc]
         started = time.monotonic()
         try:
@@ -176,31 +195,32 @@ class CmdServicer(cmd_grpc.CmdServicer):
                  extra={"v": 2 if intent is not Intent.SYNC else 3})
         return pb.Response(success=True)
 
-    async def SyncVirtualMachine(self, request, context):  # noqa: N802
+    async def SyncVirtualMachine(self, request: pb.VMIRequest, context: VmiContext) -> pb.Response:  # noqa: N802
         return await self._command("SyncVirtualMachine", request, context)
 
-    async def PauseVirtualMachine(self, request, context):  # noqa: N802
+    async def PauseVirtualMachine(self, request: pb.VMIRequest, context: VmiContext) -> pb.Response:  # noqa: N802
         return await self._command("PauseVirtualMachine", request, context)
 
-    async def UnpauseVirtualMachine(self, request, context):  # noqa: N802
+    async def UnpauseVirtualMachine(self, request: pb.VMIRequest, context: VmiContext) -> pb.Response:  # noqa: N802
         return await self._command("UnpauseVirtualMachine", request, context)
 
-    async def ShutdownVirtualMachine(self, request, context):  # noqa: N802
+    async def ShutdownVirtualMachine(self, request: pb.VMIRequest, context: VmiContext) -> pb.Response:  # noqa: N802
         return await self._command("ShutdownVirtualMachine", request, context)
 
-    async def KillVirtualMachine(self, request, context):  # noqa: N802
+    async def KillVirtualMachine(self, request: pb.VMIRequest, context: VmiContext) -> pb.Response:  # noqa: N802
         return await self._command("KillVirtualMachine", request, context)
 
-    async def DeleteVirtualMachine(self, request, context):  # noqa: N802
+    async def DeleteVirtualMachine(self, request: pb.VMIRequest, context: VmiContext) -> pb.Response:  # noqa: N802
         return await self._command("DeleteVirtualMachine", request, context)
 
-    async def ResetVirtualMachine(self, request, context):  # noqa: N802
+    async def ResetVirtualMachine(self, request: pb.VMIRequest, context: VmiContext) -> pb.Response:  # noqa: N802
         return await self._command("ResetVirtualMachine", request, context)
 
-    async def SoftRebootVirtualMachine(self, request, context):  # noqa: N802
+    async def SoftRebootVirtualMachine(self, request: pb.VMIRequest, context: VmiContext) -> pb.Response:  # noqa: N802
         return await self._command("SoftRebootVirtualMachine", request, context)
 
-    async def _vmi_call(self, rpc: str, request: Any, context: Any, call: Callable[..., Any]) -> pb.Response:
+    async def _vmi_call(self, rpc: str, request: _CarriesVmi, context: Deadline,
+                        call: Callable[[VirtualMachineInstance, float], Awaitable[str]]) -> pb.Response:
         """An RPC that carries a VMI and is served by one manager call, `call(vmi, budget)`: a
         refusal (CommandFailed) is a failed Response naming the RPC, as virt-handler logs it with
         its warning event; a malformed VMI is refused the same way (decode_vmi)."""
@@ -213,18 +233,18 @@ class CmdServicer(cmd_grpc.CmdServicer):
         log.info("%s: %s", rpc, done)
         return pb.Response(success=True)
 
-    async def _resize(self, rpc: str, what: str, request: pb.VMIRequest, context: Any) -> pb.Response:
+    async def _resize(self, rpc: str, what: str, request: pb.VMIRequest, context: Deadline) -> pb.Response:
         return await self._vmi_call(
             rpc, request, context,
             lambda vmi, b: self._manager.resize(what, vmi, launcher_options(request.options), budget=b))
 
-    async def SyncVirtualMachineCPUs(self, request, context):  # noqa: N802
+    async def SyncVirtualMachineCPUs(self, request: pb.VMIRequest, context: VmiContext) -> pb.Response:  # noqa: N802
         return await self._resize("SyncVirtualMachineCPUs", "vcpus", request, context)
 
-    async def SyncVirtualMachineMemory(self, request, context):  # noqa: N802
+    async def SyncVirtualMachineMemory(self, request: pb.VMIRequest, context: VmiContext) -> pb.Response:  # noqa: N802
         return await self._resize("SyncVirtualMachineMemory", "memory", request, context)
 
-    def _agent_command(self, rpc: str, request: Any) -> pb.Response:
+    def _agent_command(self, rpc: str, request: _CarriesVmi) -> pb.Response:
         """Freeze/Unfreeze: the Go launcher's answer without a connected guest agent. KubeVirt's
         snapshot controller never asks a VMI without the AgentConnected condition (kubevirt
         pkg/storage/snapshot/source.go@d923fdb815cd `Freeze`), which virt-handler sets only from
@@ -238,23 +258,28 @@ class CmdServicer(cmd_grpc.CmdServicer):
         log.error("%s failed: %s", rpc, message)  # virt-launcher: "Failed to freeze vmi"
         return failure(message)
 
-    async def FreezeVirtualMachine(self, request, context):  # noqa: N802
+    async def FreezeVirtualMachine(self, request: pb.FreezeRequest,  # noqa: N802
+                                   context: Context[pb.FreezeRequest, pb.Response]) -> pb.Response:
         return self._agent_command("FreezeVirtualMachine", request)
 
-    async def UnfreezeVirtualMachine(self, request, context):  # noqa: N802
+    async def UnfreezeVirtualMachine(self, request: pb.VMIRequest, context: VmiContext) -> pb.Response:  # noqa: N802
         return self._agent_command("UnfreezeVirtualMachine", request)
 
-    async def Ping(self, request, context):  # noqa: N802
+    async def Ping(self, request: pb.EmptyRequest, context: Context[pb.EmptyRequest, pb.Response]) -> pb.Response:  # noqa: N802
         return pb.Response(success=True)
 
-    async def GetDomain(self, request, context):  # noqa: N802
+    async def GetDomain(self, request: pb.EmptyRequest,  # noqa: N802
+                        context: Context[pb.EmptyRequest, pb.DomainResponse]) -> pb.DomainResponse:
         return pb.DomainResponse(response=pb.Response(success=True), domain=self._manager.domain_json)
 
-    async def GetDomainStats(self, request, context):  # noqa: N802
+    async def GetDomainStats(self, request: pb.EmptyRequest,  # noqa: N802
+                             context: Context[pb.EmptyRequest, pb.DomainStatsResponse]) -> pb.DomainStatsResponse:
         stats = await self._manager.domain_stats(timeout=budget(context, SHORT) * 0.8)
         return pb.DomainStatsResponse(response=pb.Response(success=True), domainStats=stats)
 
-    async def GetDomainDirtyRateStats(self, request, context):  # noqa: N802
+    async def GetDomainDirtyRateStats(self, request: pb.EmptyRequest,  # noqa: N802
+                                      context: Context[pb.EmptyRequest, pb.DirtyRateStatsResponse],
+                                      ) -> pb.DirtyRateStatsResponse:
         # virt-handler's dirty-rate collector calls this for every Running VMI on every scrape
         # and logs an error for each failure: measured by page sampling (ch_launcher.dirtyrate).
         try:
@@ -267,17 +292,22 @@ class CmdServicer(cmd_grpc.CmdServicer):
             return pb.DirtyRateStatsResponse(response=failure("the dirty-rate measurement did not finish in time"))
         return pb.DirtyRateStatsResponse(response=pb.Response(success=True), dirtyRateMbs=rate)
 
-    async def GetFilesystems(self, request, context):  # noqa: N802
+    async def GetFilesystems(self, request: pb.EmptyRequest,  # noqa: N802
+                             context: Context[pb.EmptyRequest, pb.GuestFilesystemsResponse],
+                             ) -> pb.GuestFilesystemsResponse:
         # Must succeed, or virt-handler drops the VMI's metrics (contract §12). No agent: no list.
         return pb.GuestFilesystemsResponse(response=pb.Response(success=True), guestFilesystemsResponse="[]")
 
-    async def GetGuestInfo(self, request, context):  # noqa: N802
+    async def GetGuestInfo(self, request: pb.EmptyRequest,  # noqa: N802
+                           context: Context[pb.EmptyRequest, pb.GuestInfoResponse]) -> pb.GuestInfoResponse:
         return pb.GuestInfoResponse(response=pb.Response(success=True), guestInfoResponse="{}")
 
-    async def GetUsers(self, request, context):  # noqa: N802
+    async def GetUsers(self, request: pb.EmptyRequest,  # noqa: N802
+                       context: Context[pb.EmptyRequest, pb.GuestUserListResponse]) -> pb.GuestUserListResponse:
         return pb.GuestUserListResponse(response=pb.Response(success=True), guestUserListResponse="[]")
 
-    async def GetQemuVersion(self, request, context):  # noqa: N802
+    async def GetQemuVersion(self, request: pb.EmptyRequest,  # noqa: N802
+                             context: Context[pb.EmptyRequest, pb.QemuVersionResponse]) -> pb.QemuVersionResponse:
         # Honest: the hypervisor is Cloud Hypervisor, so say its version, not a QEMU one.
         version = self._manager.vmm_version
         if not version:
@@ -285,25 +315,26 @@ class CmdServicer(cmd_grpc.CmdServicer):
                 "GetQemuVersion: the Cloud Hypervisor version is not known yet: no VMM has answered"))
         return pb.QemuVersionResponse(response=pb.Response(success=True), version=f"cloud-hypervisor {version}")
 
-    async def MigrateVirtualMachine(self, request, context):  # noqa: N802
+    async def MigrateVirtualMachine(self, request: pb.MigrationRequest,  # noqa: N802
+                                    context: Context[pb.MigrationRequest, pb.Response]) -> pb.Response:
         return await self._vmi_call("MigrateVirtualMachine", request, context,
                                     lambda vmi, b: self._manager.migrate(vmi, request.options, budget=b))
 
-    async def CancelVirtualMachineMigration(self, request, context):  # noqa: N802
+    async def CancelVirtualMachineMigration(self, request: pb.VMIRequest, context: VmiContext) -> pb.Response:  # noqa: N802
         return await self._vmi_call("CancelVirtualMachineMigration", request, context,
                                     lambda vmi, b: self._manager.cancel_migration(vmi, budget=b))
 
-    async def SyncMigrationTarget(self, request, context):  # noqa: N802
+    async def SyncMigrationTarget(self, request: pb.VMIRequest, context: VmiContext) -> pb.Response:  # noqa: N802
         return await self._vmi_call(
             "SyncMigrationTarget", request, context,
             lambda vmi, b: self._manager.prepare_migration_target(vmi, launcher_options(request.options), budget=b))
 
-    async def FinalizeVirtualMachineMigration(self, request, context):  # noqa: N802
+    async def FinalizeVirtualMachineMigration(self, request: pb.VMIRequest, context: VmiContext) -> pb.Response:  # noqa: N802
         methods = {name: entry.Method for name, entry in request.options.interfaceMigration.items()}
         return await self._vmi_call("FinalizeVirtualMachineMigration", request, context,
                                     lambda vmi, b: self._manager.finalize_migration(vmi, methods, budget=b))
 
-    async def SignalTargetPodCleanup(self, request, context):  # noqa: N802
+    async def SignalTargetPodCleanup(self, request: pb.VMIRequest, context: VmiContext) -> pb.Response:  # noqa: N802
         # For a migration target pod (kubevirt cmd-server/server.go@d923fdb815cd): when POD_NAME is
         # the VMI's migration target pod, the launcher exits early (its VMM with it), in any phase.
         try:
@@ -317,22 +348,56 @@ class CmdServicer(cmd_grpc.CmdServicer):
             self._on_early_exit()
         return pb.Response(success=True)
 
-
-def _not_served(rpc: str, response_type: type, why: str) -> Callable[..., Any]:
-    message = f"{rpc} is not supported by {_BACKEND}: {why}"
-
-    async def handler(self: CmdServicer, request: Any, context: Any) -> Any:
+    # The RPCs of NOT_SERVED, each refused in-band in its own response type.
+    def _refuse(self, rpc: str) -> pb.Response:
+        why = NOT_SERVED[rpc]
         log.info("%s refused: %s", rpc, why)
-        if response_type is pb.Response:
-            return failure(message)
-        return response_type(response=failure(message))
+        return failure(f"{rpc} is not supported by {_BACKEND}: {why}")
 
-    handler.__name__ = rpc
-    return handler
+    async def HotplugHostDevices(self, request: pb.VMIRequest, context: VmiContext) -> pb.Response:  # noqa: N802
+        return self._refuse("HotplugHostDevices")
 
+    async def VirtualMachineMemoryDump(self, request: pb.MemoryDumpRequest,  # noqa: N802
+                                       context: Context[pb.MemoryDumpRequest, pb.Response]) -> pb.Response:
+        return self._refuse("VirtualMachineMemoryDump")
 
-for _rpc, (_type, _why) in NOT_SERVED.items():
-    setattr(CmdServicer, _rpc, _not_served(_rpc, _type, _why))
+    async def GetSEVInfo(self, request: pb.EmptyRequest,  # noqa: N802
+                         context: Context[pb.EmptyRequest, pb.SEVInfoResponse]) -> pb.SEVInfoResponse:
+        return pb.SEVInfoResponse(response=self._refuse("GetSEVInfo"))
+
+    async def GetLaunchMeasurement(self, request: pb.VMIRequest,  # noqa: N802
+                                   context: Context[pb.VMIRequest, pb.LaunchMeasurementResponse],
+                                   ) -> pb.LaunchMeasurementResponse:
+        return pb.LaunchMeasurementResponse(response=self._refuse("GetLaunchMeasurement"))
+
+    async def InjectLaunchSecret(self, request: pb.InjectLaunchSecretRequest,  # noqa: N802
+                                 context: Context[pb.InjectLaunchSecretRequest, pb.Response]) -> pb.Response:
+        return self._refuse("InjectLaunchSecret")
+
+    async def GetScreenshot(self, request: pb.VMIRequest,  # noqa: N802
+                            context: Context[pb.VMIRequest, pb.ScreenshotResponse]) -> pb.ScreenshotResponse:
+        return pb.ScreenshotResponse(response=self._refuse("GetScreenshot"))
+
+    async def BackupVirtualMachine(self, request: pb.BackupRequest,  # noqa: N802
+                                   context: Context[pb.BackupRequest, pb.Response]) -> pb.Response:
+        return self._refuse("BackupVirtualMachine")
+
+    async def RedefineCheckpoint(self, request: pb.RedefineCheckpointRequest,  # noqa: N802
+                                 context: Context[pb.RedefineCheckpointRequest, pb.RedefineCheckpointResponse],
+                                 ) -> pb.RedefineCheckpointResponse:
+        return pb.RedefineCheckpointResponse(response=self._refuse("RedefineCheckpoint"))
+
+    async def GetVMStats(self, request: pb.VMStatsRequest,  # noqa: N802
+                         context: Context[pb.VMStatsRequest, pb.VMStatsResponse]) -> pb.VMStatsResponse:
+        return pb.VMStatsResponse(response=self._refuse("GetVMStats"))
+
+    async def Exec(self, request: pb.ExecRequest,  # noqa: N802
+                   context: Context[pb.ExecRequest, pb.ExecResponse]) -> pb.ExecResponse:
+        return pb.ExecResponse(response=self._refuse("Exec"))
+
+    async def GuestPing(self, request: pb.GuestPingRequest,  # noqa: N802
+                        context: Context[pb.GuestPingRequest, pb.GuestPingResponse]) -> pb.GuestPingResponse:
+        return pb.GuestPingResponse(response=self._refuse("GuestPing"))
 
 
 class _Contact(grpc.aio.ServerInterceptor):
@@ -342,11 +407,15 @@ class _Contact(grpc.aio.ServerInterceptor):
         self.callback = callback
         self.armed = False
 
-    async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[_Req, _Resp] | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[_Req, _Resp] | None:
         if self.armed and self.callback is not None:
             try:
                 self.callback()
-            except Exception:  # noqa: BLE001 - an observer must not break the command server
+            except Exception:  # an observer must not break the command server
                 log.exception("the contact callback failed")
         return await continuation(handler_call_details)
 

@@ -144,7 +144,7 @@ def _vcpu_threads(proc_root: str, pid: int) -> dict[int, str] | None:
 
 def _cpu(proc_root: str, pid: int | None) -> dict[str, Any]:
     us = _user_system_ns(_read(f"{proc_root}/{pid}/stat")) if pid else None
-    user, system = us if us else (0, 0)
+    user, system = us or (0, 0)
     return {"TimeSet": us is not None, "Time": user + system,
             "UserSet": us is not None, "User": user,
             "SystemSet": us is not None, "System": system}

@@ -25,9 +25,7 @@ Notify side; `CmdClient`, its Cmd side with its deadlines), `run` (the demo). Th
 pieces are re-exported here.
 """
 
-from demo.launcher import (
-    FAKE_CH, REPO, LauncherLayout, LauncherProcess, container_disk_images, fake_firmware,
-)
+from demo.launcher import FAKE_CH, REPO, LauncherLayout, LauncherProcess, container_disk_images, fake_firmware
 from demo.virt_handler import DEADLINES, CmdClient, CommandError, DomainEvent, NotifyRecorder
 
 __all__ = ["DEADLINES", "FAKE_CH", "REPO", "CmdClient", "CommandError", "DomainEvent", "LauncherLayout",

@@ -16,9 +16,9 @@ from typing import Any
 
 import grpc
 
+from ch_launcher.kubevirt import paths
 from demo.launcher import FAKE_CH, LauncherLayout, LauncherProcess, container_disk_images, fake_firmware
 from demo.virt_handler import CmdClient, CommandError, DomainEvent, NotifyRecorder
-from ch_launcher.kubevirt import paths
 
 
 def kvm_usable() -> bool:
@@ -59,10 +59,10 @@ async def run_demo(vmi_path: str, *, out: Callable[[str], None] = print) -> int:
     root = pathlib.Path(tempfile.mkdtemp(prefix="kcdemo", dir="/tmp"))
     layout = LauncherLayout(root).create()
     env = dict(os.environ)
-    if real:
+    if real:  # set-up before the launcher starts: nothing else waits on the loop yet
         fw = env.get("CH_FIRMWARE_DIR", paths.FIRMWARE_DIR)
         for name in ("hypervisor-fw", "CLOUDHV.fd"):
-            if os.path.exists(os.path.join(fw, name)):
+            if os.path.exists(os.path.join(fw, name)):  # noqa: ASYNC240
                 shutil.copyfile(os.path.join(fw, name), layout.firmware_dir / name)
     else:
         fake_firmware(layout)

@@ -27,9 +27,9 @@ from ch_launcher._proto import kubevirt_notify_v1_pb2_grpc as notify_grpc
 T = TypeVar("T")
 
 # virt-handler's deadlines per RPC (pkg/virt-handler/cmd-client/client.go: 5 s / 20 s / 60 s)
-DEADLINES: dict[str, float] = {name: 5.0 for name in (
+DEADLINES: dict[str, float] = dict.fromkeys((
     "GetDomain", "GetDomainStats", "GetGuestInfo", "GetUsers", "GetFilesystems", "Ping", "GetQemuVersion",
-    "GetSEVInfo", "GetLaunchMeasurement", "GetScreenshot", "GetVMStats")}
+    "GetSEVInfo", "GetLaunchMeasurement", "GetScreenshot", "GetVMStats"), 5.0)
 DEADLINES["FreezeVirtualMachine"] = 60.0
 
 
@@ -211,7 +211,8 @@ class CmdClient:
     async def vmi_command(self, rpc: str, vmi: Mapping[str, Any] | bytes,
                           options: cmd_pb2.VirtualMachineOptions | None = None, *, check: bool = True) -> Any:
         payload = vmi if isinstance(vmi, bytes) else json.dumps(vmi).encode()
-        request = cmd_pb2.VMIRequest(vmi=cmd_pb2.VMI(vmiJson=payload), options=options or cmd_pb2.VirtualMachineOptions())
+        request = cmd_pb2.VMIRequest(vmi=cmd_pb2.VMI(vmiJson=payload),
+                                     options=options or cmd_pb2.VirtualMachineOptions())
         reply = await self.call(rpc, request)
         if check and not reply.success:
             raise CommandError(reply.message)

@@ -7,7 +7,9 @@
 Runs `grpc_tools.protoc` with this directory as the only include root, so every .proto is
 compiled under its bare file name, then rewrites the generated `import x_pb2 as y` lines to
 package-relative `from . import x_pb2 as y` (protoc writes top-level imports, which would only
-work with this directory on sys.path).
+work with this directory on sys.path). The type stubs (`*_pb2.pyi`, `*_pb2_grpc.pyi`) come from
+mypy-protobuf's protoc plugins, which type the gRPC stubs and servicers too (protoc's own
+`--pyi_out` covers the messages only), with `grpc.aio` stubs for an `aio` channel.
 
 `--check` generates into a temporary directory and compares with the committed files. Lines that
 only record the generator's own version (protobuf's runtime-version guard, grpc's
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import pathlib
 import re
+import shutil
 import sys
 import tempfile
 
@@ -40,13 +43,24 @@ def proto_files() -> list[str]:
     return sorted(p.name for p in HERE.glob("*.proto"))
 
 
+def _plugin(name: str) -> str:
+    """The mypy-protobuf plugin `protoc-gen-<name>`: beside this interpreter (a venv's bin), else on PATH."""
+    beside = pathlib.Path(sys.executable).parent / f"protoc-gen-{name}"
+    found = str(beside) if beside.exists() else shutil.which(f"protoc-gen-{name}")
+    if found is None:
+        raise RuntimeError(f"protoc-gen-{name} not found: install mypy-protobuf (the test extra)")
+    return found
+
+
 def generate(out_dir: pathlib.Path) -> list[pathlib.Path]:
     """Compile every .proto here into `out_dir`; return the generated files (imports rewritten)."""
     from grpc_tools import protoc  # test-time dependency (grpcio-tools)
 
     well_known = pathlib.Path(protoc.__file__).parent / "_proto"
-    argv = ["protoc", f"-I{HERE}", f"-I{well_known}", f"--python_out={out_dir}",
-            f"--pyi_out={out_dir}", f"--grpc_python_out={out_dir}", *proto_files()]
+    plugins = [f"--plugin=protoc-gen-{name}={_plugin(name)}" for name in ("mypy", "mypy_grpc")]
+    argv = ["protoc", f"-I{HERE}", f"-I{well_known}", *plugins, f"--python_out={out_dir}",
+            f"--grpc_python_out={out_dir}", f"--mypy_out=quiet:{out_dir}", f"--mypy_grpc_out=quiet:{out_dir}",
+            *proto_files()]
     if protoc.main(argv) != 0:
         raise RuntimeError(f"protoc failed on {proto_files()} (see messages above)")
     generated = sorted(p for p in out_dir.iterdir() if p.suffix in (".py", ".pyi"))

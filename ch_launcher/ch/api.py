@@ -34,7 +34,7 @@ import http.client
 import json
 import logging
 import socket
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -63,6 +63,7 @@ from .vmconfig import (
 
 API_ROOT = "/api/v1"
 log = logging.getLogger(__name__)
+_M = TypeVar("_M", bound=BaseModel)
 
 __all__ = ["API_ROOT", "ChApiError", "CloudHypervisorClient", "Conflict", "InternalError", "InvalidRequest",
            "VmNotCreated", "VmmUnavailable", "error_for", "parse_error_body"]
@@ -165,7 +166,7 @@ class CloudHypervisorClient:
         except ValueError as exc:
             raise InternalError(endpoint, status, [], f"unparseable answer {content[:200]!r}") from exc
 
-    def _model(self, model: type[BaseModel], endpoint: str, status: int, content: bytes) -> Any:
+    def _model(self, model: type[_M], endpoint: str, status: int, content: bytes) -> _M:
         try:
             return model.model_validate(self._json(endpoint, status, content))
         except ValidationError as exc:
@@ -292,7 +293,8 @@ class CloudHypervisorClient:
     def add_vsock(self, vsock: VsockConfig | dict[str, Any], *, timeout: float | None = None) -> PciDeviceInfo | None:
         return self._add("vm.add-vsock", vsock, timeout)
 
-    def add_device(self, device: DeviceConfig | dict[str, Any], *, timeout: float | None = None) -> PciDeviceInfo | None:
+    def add_device(self, device: DeviceConfig | dict[str, Any], *,
+                   timeout: float | None = None) -> PciDeviceInfo | None:
         """`PUT vm.add-device`: a VFIO device by sysfs path."""
         return self._add("vm.add-device", device, timeout)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 
-
 # --- errors ---------------------------------------------------------------------------------
 
 
@@ -173,9 +172,8 @@ def error_for(endpoint: str, status: int, body: bytes) -> ChApiError:
 
     if any(t in joined for t in _NOT_CREATED):
         cls: type[ChApiError] = VmNotCreated
-    elif status == 503 and "Too many open connections" in joined:
-        cls = VmmUnavailable
-    elif status == 500 and any(t in joined for t in _EXITING_TEXTS):
+    elif ((status == 503 and "Too many open connections" in joined)
+          or (status == 500 and any(t in joined for t in _EXITING_TEXTS))):
         cls = VmmUnavailable
     elif status == 429 or status == 409 or any(t in joined for t in _CONFLICT_TEXTS):
         cls = Conflict

@@ -41,7 +41,7 @@ def read_body(resp: http.client.HTTPResponse, *, want: bool) -> bytes:
     while True:
         try:
             chunk = resp.read1(65536)
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             return data
         if not chunk:
             return data

@@ -27,6 +27,7 @@ end-of-file when CH exits or has not opened it yet (no busy EOF loop in an event
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -161,7 +162,8 @@ class EventStreamParser:
 
     def _decode_all(self, text: str) -> list[object]:
         """All JSON values in `text` (several compact objects may share one piece)."""
-        objs, pos, end = [], 0, len(text)
+        objs: list[object] = []
+        pos, end = 0, len(text)
         while True:
             while pos < end and text[pos] in " \t\r\n":
                 pos += 1
@@ -216,10 +218,8 @@ class EventFifo:
             fd = getattr(self, attr)
             if fd >= 0:
                 setattr(self, attr, -1)
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
 
     def __enter__(self) -> EventFifo:
         return self

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from .api import ChApiError, CloudHypervisorClient
 from .exits import ExitReports
-from .spawner import VMM_ALIAS, SpawnError, Spawner, vmm_alias
+from .spawner import VMM_ALIAS, Spawner, SpawnError, vmm_alias
 from .vmconfig import VmmPingResponse
 from .vmmlog import failure_in_file
 
@@ -86,15 +86,17 @@ class _Adopted:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        if self.poll() is None:
-            self.returncode = self._exits.wait(self.pid, timeout)
-            if self.returncode is None and self._exits.closed:
-                # The monitor has gone (killed): nobody reports; wait for the exit itself.
-                if self.pidfd >= 0 and select.select([self.pidfd], [], [], timeout)[0]:
-                    self.returncode = UNKNOWN_EXIT
-            if self.returncode is None:
+        code = self.poll()
+        if code is None:
+            code = self._exits.wait(self.pid, timeout)
+            # The monitor has gone (killed): nobody reports; wait for the exit itself.
+            if (code is None and self._exits.closed and self.pidfd >= 0
+                    and select.select([self.pidfd], [], [], timeout)[0]):
+                code = UNKNOWN_EXIT
+            if code is None:
                 raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
-        return self.returncode
+            self.returncode = code
+        return code
 
     def send_signal(self, sig: int) -> None:
         if self.pidfd >= 0 and self.poll() is None:
@@ -194,7 +196,8 @@ class VmmProcess:
             raise VmmStartError(f"cannot execute {binary}: {exc}") from exc
         finally:
             os.close(out)
-        return cls(popen, api_socket=str(api_socket), event_monitor=str(event_monitor), log_file=str(log_file), argv=argv)
+        return cls(popen, api_socket=str(api_socket), event_monitor=str(event_monitor), log_file=str(log_file),
+                   argv=argv)
 
     @classmethod
     def _spawn_through(cls, spawning: VmmSpawning, argv: list[str], *, api_socket: str, event_monitor: str,
@@ -341,20 +344,16 @@ class VmmProcess:
 
     def _signal(self, sig: int) -> None:
         if self._popen.returncode is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 self._popen.send_signal(sig)
-            except ProcessLookupError:
-                pass
 
     def close(self) -> None:
         """Releases the pidfd and the client; does not stop the process (use `terminate`)."""
         if self.pidfd is not None:
             if isinstance(self._popen, _Adopted):
                 self._popen.release()
-            try:
+            with contextlib.suppress(OSError):
                 os.close(self.pidfd)
-            except OSError:
-                pass
             self.pidfd = None
         self.client.close()
 

@@ -54,8 +54,10 @@ def _serve(sock: socket.socket) -> int:
         if not data:
             return 0
         pidfd = None
+        reply: dict[str, object]
         try:
-            reply, pidfd = _spawn(json.loads(data))
+            req = json.loads(data)
+            reply, pidfd = _spawn(req["exe"], req["argv"], req["env"], req["log"])
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the launcher
             reply = {"error": f"cannot start the VMM: {exc}"}
         try:
@@ -74,9 +76,8 @@ def _open_fds() -> list[int]:
         return []
 
 
-def _spawn(req: dict) -> tuple[dict, int | None]:
+def _spawn(exe: str, argv: list[str], env: dict[str, str], log: str) -> tuple[dict[str, object], int | None]:
     """Fork twice; the grandchild executes the VMM. (reply, pidfd of the VMM or None)."""
-    exe, argv, env, log = req["exe"], req["argv"], req["env"], req["log"]
     # Emptied at each spawn, as VmmProcess.spawn does: the log holds this VMM's words only.
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
     try:

@@ -60,7 +60,9 @@ class _In(BaseModel):
 
 @functools.cache
 def _reader(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
-    return TypeAdapter(model.model_fields[name].annotation)
+    annotation = model.model_fields[name].annotation
+    assert annotation is not None, "pydantic gives every model field its annotation"
+    return TypeAdapter(annotation)
 
 
 # --- payload, CPUs, memory ------------------------------------------------------------------

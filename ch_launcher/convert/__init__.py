@@ -14,7 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ch_launcher.convert.context import LauncherEnv, LauncherOptions, PodFacts, SMBios, Translation
+from ch_launcher.convert.context import (
+    LauncherEnv,
+    LauncherOptions,
+    PermittedHostDevices,
+    PodFacts,
+    SMBios,
+    Translation,
+)
 from ch_launcher.convert.errors import Degradation, UnsupportedFeature, UnsupportedFeatures
 from ch_launcher.convert.memory import NoMemoryRequested
 from ch_launcher.convert.plan import Plan
@@ -22,8 +29,8 @@ from ch_launcher.convert.registry import CONFIGURATORS
 from ch_launcher.kubevirt.vmi import InvalidVMI, VirtualMachineInstance, parse_vmi
 
 __all__ = [
-    "Degradation", "LauncherEnv", "LauncherOptions", "NoMemoryRequested", "Plan", "PodFacts", "SMBios",
-    "Translation", "UnsupportedFeature", "UnsupportedFeatures", "Verdict", "check", "translate",
+    "Degradation", "LauncherEnv", "LauncherOptions", "NoMemoryRequested", "PermittedHostDevices", "Plan",
+    "PodFacts", "SMBios", "Translation", "UnsupportedFeature", "UnsupportedFeatures", "Verdict", "check", "translate",
 ]
 
 

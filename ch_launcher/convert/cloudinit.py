@@ -56,7 +56,8 @@ def access_credentials(t: Translation, cloud_init: str | None) -> tuple[str, ...
             t.unsupported(f"{mpath}.qemuGuestAgent", f"{mpath}.qemuGuestAgent is not supported by Cloud "
                           "Hypervisor: it has no channel for the QEMU guest agent; use noCloud or configDrive")
             continue
-        wanted = "cloudInitNoCloud" if "noCloud" in method else "cloudInitConfigDrive" if "configDrive" in method else ""
+        wanted = ("cloudInitNoCloud" if "noCloud" in method
+                  else "cloudInitConfigDrive" if "configDrive" in method else "")
         if not wanted:
             t.unsupported(mpath, f"{mpath} must set noCloud, configDrive or qemuGuestAgent", "FieldValueRequired")
             continue

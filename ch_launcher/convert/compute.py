@@ -23,7 +23,7 @@ from __future__ import annotations
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from ch_launcher.ch.vmconfig import CpuAffinity, CpusConfig, CpuTopology, PlatformConfig
+from ch_launcher.ch.vmconfig import CpusConfig, CpuTopology, PlatformConfig
 from ch_launcher.convert.context import Translation
 
 # x86_64 KVM limit of Cloud Hypervisor (`vmm/src/config.rs@v53.0`: max_vcpus <= 8192).

@@ -3,7 +3,8 @@
 `LauncherEnv` holds the launcher's directories (from its flags) and, inside a pod, the facts of
 that pod (`PodFacts`). The admission webhook translates with `pod=None`: every configurator
 must then check what it can without the pod and leave pod-dependent values as placeholders, so
-the webhook and the launcher agree on what is supported.
+the webhook and the launcher agree on what is supported. What the webhook knows instead, from
+the cluster's KubeVirt CR, is which host-device resources are USB (`PermittedHostDevices`).
 """
 
 from __future__ import annotations
@@ -11,15 +12,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 from decimal import Decimal
+from typing import Any
 
 from ch_launcher.ch.vmconfig import VmConfig
-from ch_launcher.convert.topology import HostTopology
 from ch_launcher.convert.errors import Degradation, Reason, UnsupportedFeature, UnsupportedFeatures
 from ch_launcher.convert.plan import DhcpSpec, HostTuning, Step
+from ch_launcher.convert.topology import HostTopology
 from ch_launcher.kubevirt import paths
-from ch_launcher.kubevirt.domain import DomainDisk, DomainHostDevice, DomainInterface
+from ch_launcher.kubevirt.domain_view import DomainDisk, DomainHostDevice, DomainInterface
 from ch_launcher.kubevirt.quantity import parse_quantity
 from ch_launcher.kubevirt.vmi import Quantity, VirtualMachineInstance
 
@@ -39,8 +40,33 @@ class PodFacts:
 
 
 @dataclass(frozen=True)
+class PermittedHostDevices:
+    """The resource names the KubeVirt CR permits as host devices
+    (`spec.configuration.permittedHostDevices`: `pciHostDevices[]`, `mediatedDevices[]`, `usb[]`,
+    each entry's `resourceName`): a resource's kind before any pod exists (in a pod, the device
+    plugin's variable tells it: `convert/vfio.py`). Empty: nothing known (no CR at hand).
+
+    KubeVirt keeps no name out of two lists; a name listed as USB and as PCI or mediated is
+    whichever a node's device plugin serves, so it counts as neither.
+    """
+
+    pci: frozenset[str] = frozenset()
+    mediated: frozenset[str] = frozenset()
+    usb: frozenset[str] = frozenset()
+
+    def is_usb(self, resource: str) -> bool:
+        """Permitted as USB only: every device of it is USB."""
+        return resource in self.usb and resource not in self.pci and resource not in self.mediated
+
+    def is_vfio(self, resource: str) -> bool:
+        """Permitted as PCI or mediated only: every device of it is one Cloud Hypervisor passes."""
+        return resource not in self.usb and (resource in self.pci or resource in self.mediated)
+
+
+@dataclass(frozen=True)
 class LauncherEnv:
-    """Directories of the launcher (DESIGN.md: every path derives from the flags)."""
+    """Directories of the launcher (DESIGN.md: every path derives from the flags), the pod's facts
+    in the launcher, the KubeVirt CR's permitted host devices at admission."""
 
     private_dir: str = paths.PRIVATE_DIR
     share_dir: str = paths.SHARE_DIR
@@ -50,6 +76,7 @@ class LauncherEnv:
     firmware_dir: str = paths.FIRMWARE_DIR
     root_swtpm_dir: str = paths.ROOT_SWTPM_DIR
     pod: PodFacts | None = None
+    permitted_host_devices: PermittedHostDevices = field(default_factory=PermittedHostDevices)
 
 
 @dataclass(frozen=True)

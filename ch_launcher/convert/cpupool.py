@@ -20,6 +20,7 @@ the cpuset is a core of its own in a single cell.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ch_launcher.convert.topology import HostTopology
@@ -132,7 +133,7 @@ class CpuPool:
                     return thread
         raise PlacementError("no remaining unassigned threads")
 
-    def _fit_chunks(self, requested: int, allocate) -> tuple[list[int], int]:  # noqa: ANN001
+    def _fit_chunks(self, requested: int, allocate: Callable[[_Cell], list[int]]) -> tuple[list[int], int]:
         threads: list[int] = []
         for cell in self.cells:
             while True:

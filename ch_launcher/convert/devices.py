@@ -15,8 +15,10 @@ reasons is the README feature table):
 - `hostDevices`, `gpus` -> VFIO devices (`devices`, by sysfs path) from the device plugins'
   `PCI_RESOURCE_*` (or `MDEV_PCI_RESOURCE_*`) variables (`vfio`), each checked before boot
   (`RequireVfioDevice`); the VMM must be able to lock guest memory (`convert/runtime.py`). USB
-  host devices are unsupported (no USB); at admission a resource's kind is unknown, so
-  `hostDevices` get a warning saying so. `DeviceConfig.iommu` stays off: the host's IOMMU
+  host devices are unsupported (no USB). At admission there is no pod: a resource the KubeVirt CR
+  permits as USB only (`PermittedHostDevices`) is refused at its `deviceName`; one it permits as
+  PCI or mediated only passes; any other `hostDevices` entry gets a warning that a USB one fails
+  the start. `DeviceConfig.iommu` stays off: the host's IOMMU
   isolates the device (CH maps guest RAM for it, docs/process-model.md); `iommu: true` would put
   it behind a virtio-iommu the guest programs, which KubeVirt at d923fdb815cd has no VMI field
   for (no `devices.iommu`; virt-launcher gives QEMU none for host devices either). Devices are passed at
@@ -142,10 +144,8 @@ def _host_devices(t: Translation) -> None:
         if not resource:
             t.unsupported(f"{path}.deviceName", f"{path}.deviceName is required", "FieldValueRequired")
             continue
-        if pools is None:
-            if prefix == HOSTDEVICE_ALIAS_PREFIX:  # admission: the device plugin allocates with the pod
-                t.warn(path, f"{resource} must be a PCI or mediated device: a USB one fails the start (Cloud "
-                       "Hypervisor has no USB)")
+        if pools is None:  # admission: the device plugin allocates with the pod
+            _kind_before_the_pod(t, path, resource, host_device=prefix == HOSTDEVICE_ALIAS_PREFIX)
             continue
         try:
             device = pools.device_for(resource, prefix + name)
@@ -157,6 +157,19 @@ def _host_devices(t: Translation) -> None:
         kind = "GPU" if prefix == GPU_ALIAS_PREFIX else "host device"
         t.steps.append(RequireVfioDevice(field=path, sysfs_path=device.path, what=f"{kind} {name} ({resource})",
                                          root=pod.host_root if pod is not None else ""))
+
+
+def _kind_before_the_pod(t: Translation, path: str, resource: str, host_device: bool) -> None:
+    """A resource the KubeVirt CR permits as USB only is refused, as the launcher would refuse it
+    at the start; a `hostDevices` entry the CR does not permit as PCI or mediated only is warned
+    about (GPUs are PCI or mediated devices in KubeVirt)."""
+    permitted = t.env.permitted_host_devices
+    if permitted.is_usb(resource):
+        t.unsupported(f"{path}.deviceName", f"{path}.deviceName '{resource}' is not supported: it is a USB device "
+                      f"(permittedHostDevices.usb of the KubeVirt CR) and Cloud Hypervisor has no USB controller")
+    elif host_device and not permitted.is_vfio(resource):
+        t.warn(path, f"{resource} must be a PCI or mediated device: a USB one fails the start (Cloud "
+               "Hypervisor has no USB)")
 
 
 def _watchdog(t: Translation) -> None:

@@ -123,9 +123,8 @@ def configure_memory(t: Translation) -> None:
         t.quantity("spec.domain.memory.reservedOverhead.addedOverhead", mem.reservedOverhead.addedOverhead)
     # memLock: Required needs nothing in the config: the VMM inherits the limit virt-handler
     # raises (convert/runtime.py, docs/process-model.md).
-    if t.guest_numa:
-        if not _numa_zones(t, config, size, page):
-            return
+    if t.guest_numa and not _numa_zones(t, config, size, page):
+        return
     if t.shared_memory_reasons and not page:
         # Hugepages are already mapped shared; otherwise vhost-user and virtio-fs back-ends
         # need guest RAM in a shared memfd (cloud-hypervisor.md §7.2).
@@ -165,7 +164,7 @@ def _numa_zones(t: Translation, config: MemoryConfig, size: int, page: int) -> b
     config.zones = zones
     t.config.numa = [NumaConfig(guest_numa_id=cell.guest_id, cpus=list(cell.vcpus), memory_zones=[zone.id],
                                 distances=[NumaDistance(destination=d, distance=v) for d, v in cell.distances] or None)
-                     for cell, zone in zip(t.guest_numa, zones)]
+                     for cell, zone in zip(t.guest_numa, zones, strict=True)]
     return True
 
 

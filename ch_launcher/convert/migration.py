@@ -52,38 +52,38 @@ def configure_migration(t: Translation) -> None:
         kinds = set(volume.source_kinds)
         if kinds & set(_LOCAL) and volume.name not in readonly:
             kind = next(k for k in _LOCAL if k in kinds)
-            t.migration_blockers.append((DISKS, f"volume {volume.name!r} ({kind}) is local to the pod and writable: "
-                                                "Cloud Hypervisor cannot copy disks during a migration"))
+            t.migration_blockers.append((DISKS, (f"volume {volume.name!r} ({kind}) is local to the pod and writable: "
+                                                 "Cloud Hypervisor cannot copy disks during a migration")))
         elif volume.hostDisk is not None and not volume.hostDisk.shared and volume.name not in readonly:
-            t.migration_blockers.append((DISKS, f"volume {volume.name!r} is a hostDisk that is not shared: "
-                                                "Cloud Hypervisor cannot copy disks during a migration"))
+            t.migration_blockers.append((DISKS, (f"volume {volume.name!r} is a hostDisk that is not shared: "
+                                                 "Cloud Hypervisor cannot copy disks during a migration")))
         claim = volume.persistentVolumeClaim or volume.dataVolume
         if claim is not None:
             status = statuses.get(volume.name)
             info = status.persistentVolumeClaimInfo if status is not None else None
             if info is not None and info.accessModes and not set(info.accessModes) & set(SHARED_ACCESS_MODES):
                 name = getattr(claim, "claimName", None) or getattr(claim, "name", volume.name)
-                t.migration_blockers.append((DISKS, f"PVC {name} is not shared: live migration requires that "
-                                                    "all PVCs be shared (ReadWriteMany)"))
+                t.migration_blockers.append((DISKS, (f"PVC {name} is not shared: live migration requires that "
+                                                     "all PVCs be shared (ReadWriteMany)")))
     for disk in sorted(t.hotplug_disks):
         t.migration_blockers.append((HOTPLUG, f"disk {disk!r} is on a hotplugged volume"))
     for fs in spec.domain.devices.filesystems:
-        t.migration_blockers.append((VIRTIOFS, f"filesystem {fs.name!r} is shared with virtiofs, whose "
-                                               "backend state Cloud Hypervisor does not migrate"))
+        t.migration_blockers.append((VIRTIOFS, (f"filesystem {fs.name!r} is shared with virtiofs, whose "
+                                                "backend state Cloud Hypervisor does not migrate")))
     for net in t.config.net or ():
         if net.vhost_user:
-            t.migration_blockers.append((INTERFACE, f"interface {net.id!r} is vhost-user: its backend's state "
-                                                    "does not move with the VM"))
+            t.migration_blockers.append((INTERFACE, (f"interface {net.id!r} is vhost-user: its backend's state "
+                                                     "does not move with the VM")))
     pod_networks = {n.name for n in spec.networks if n.pod is not None}
     allowed = vmi.metadata.annotations.get(ALLOW_POD_BRIDGE) == "true"
     for iface in spec.domain.devices.interfaces:
         if iface.bridge is not None and iface.name in pod_networks and not allowed:
-            t.migration_blockers.append((INTERFACE, f"interface {iface.name!r} uses bridge binding on the pod "
-                                                    "network"))
+            t.migration_blockers.append((INTERFACE, (f"interface {iface.name!r} uses bridge binding on the pod "
+                                                     "network")))
     tpm = spec.domain.devices.tpm
     if tpm is not None and tpm.enabled is not False:
-        t.migration_blockers.append((NOT_MIGRATABLE, "the TPM's state (swtpm) is not part of Cloud Hypervisor's "
-                                                     "migration"))
+        t.migration_blockers.append((NOT_MIGRATABLE, ("the TPM's state (swtpm) is not part of Cloud Hypervisor's "
+                                                      "migration")))
 
 
 def blockers_text(blockers: list[tuple[str, str]]) -> str:

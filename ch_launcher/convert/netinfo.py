@@ -43,6 +43,10 @@ class DeviceInfo:
     mtu: int | None = None
 
 
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def parse_network_info(text: str) -> dict[str, DeviceInfo]:
     """Map VMI network name -> DeviceInfo. Entries without `deviceInfo` are skipped.
 
@@ -68,8 +72,8 @@ def parse_network_info(text: str) -> dict[str, DeviceInfo]:
         if not isinstance(info, dict):
             raise NetworkInfoError(f"{where}.deviceInfo must be an object")
         mtu = entry.get("mtu")
-        pci = info.get("pci") if isinstance(info.get("pci"), dict) else {}
-        vhost = info.get("vhost-user") if isinstance(info.get("vhost-user"), dict) else {}
+        pci = _object(info.get("pci"))
+        vhost = _object(info.get("vhost-user"))
         out[entry["network"]] = DeviceInfo(
             network=entry["network"],
             type=str(info.get("type", "")),

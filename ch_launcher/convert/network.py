@@ -35,7 +35,7 @@ from ch_launcher.convert.netinfo import DeviceInfo, NetworkInfoError, parse_netw
 from ch_launcher.convert.plan import DhcpOptions, DhcpSpec, RequireVfioDevice
 from ch_launcher.convert.vfio import VfioError, domain_host_device, pci_sysfs_path
 from ch_launcher.convert.vhostuser import VHOSTUSER_BINDING, vhost_user_interface
-from ch_launcher.kubevirt.domain import DomainInterface
+from ch_launcher.kubevirt.domain_view import DomainInterface
 from ch_launcher.kubevirt.vmi import DHCPOptions, Interface, Network
 
 MAX_QUEUE_PAIRS = 256  # converter/network/virtio-queues.go: MultiQueueMaxQueues

@@ -12,7 +12,7 @@ from typing import Any
 
 from ch_launcher.ch.vmconfig import VmConfig
 from ch_launcher.convert.errors import Degradation
-from ch_launcher.kubevirt.domain import DomainDisk, DomainHostDevice, DomainInterface
+from ch_launcher.kubevirt.domain_view import DomainDisk, DomainHostDevice, DomainInterface
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ class DhcpSpec:
     address: str = ""  # masquerade: "10.0.2.2/24"
     gateway: str = ""  # masquerade: "10.0.2.1"
     subdomain: str = ""  # spec.subdomain, prepended to the service search domain
-    options: DhcpOptions = field(default_factory=DhcpOptions)
+    options: DhcpOptions = DhcpOptions()  # frozen: one shared default is safe
 
 
 @dataclass(frozen=True)

@@ -97,13 +97,13 @@ def tap_name(pod_interface: str, network: Network) -> str:
 
 def bridge_name(pod_interface: str) -> str:
     """`k6t-` + the pod interface name with its hashed `pod` prefix trimmed."""
-    trimmed = pod_interface[len(HASHED_PREFIX):] if pod_interface.startswith(HASHED_PREFIX) else pod_interface
+    trimmed = pod_interface.removeprefix(HASHED_PREFIX)
     return "k6t-" + trimmed
 
 
 def bridged_pod_nic_name(pod_interface: str) -> str:
     """Where bridge binding moves the pod interface: `<name>-nic` (hashed prefix trimmed)."""
-    trimmed = pod_interface[len(HASHED_PREFIX):] if pod_interface.startswith(HASHED_PREFIX) else pod_interface
+    trimmed = pod_interface.removeprefix(HASHED_PREFIX)
     name = f"{trimmed}-nic"
     if len(name) > _MAX_LINK_NAME:
         raise ValueError(f"generated interface name {name!r} exceeds {_MAX_LINK_NAME} characters")

@@ -51,7 +51,6 @@ def configure_policy(t: Translation) -> None:
     """Refuse what virt-handler or the pod's tooling would fail on; never touches the config."""
     refuse = _Refusals(t)
     spec = t.vmi.spec
-    domain = spec.domain
     for name, probe in (("livenessProbe", spec.livenessProbe), ("readinessProbe", spec.readinessProbe)):
         if probe is None:
             continue

@@ -46,7 +46,8 @@ def adjusts_resources(vmi: VirtualMachineInstance) -> bool:
     """Whether virt-handler's `AdjustResources` acts on this VMI."""
     domain = vmi.spec.domain
     realtime = domain.cpu is not None and domain.cpu.realtime is not None
-    sev = domain.launchSecurity is not None and (domain.launchSecurity.sev is not None or domain.launchSecurity.snp is not None)
+    security = domain.launchSecurity
+    sev = security is not None and (security.sev is not None or security.snp is not None)
     return has_vfio(vmi) or realtime or sev or requires_locking_memory(vmi)
 
 

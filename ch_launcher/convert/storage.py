@@ -47,19 +47,13 @@ from typing import Any
 
 from ch_launcher.ch.vmconfig import DiskConfig, ImageType
 from ch_launcher.convert import expansion
-from ch_launcher.convert.cloudinit import (
-    CLOUD_INIT_KINDS, access_credentials, cloud_init_step, first_cloud_init_volume,
-)
+from ch_launcher.convert.cloudinit import CLOUD_INIT_KINDS, access_credentials, cloud_init_step, first_cloud_init_volume
 from ch_launcher.convert.context import Translation
 from ch_launcher.convert.hotplug_volumes import hotplug_path, hotplug_ready, is_hotplugged, volume_status
-from ch_launcher.convert.plan import (
-    BuildIso, CreateOverlay, CreateSparseImage, ExpandImage, RequireFile, Step,
-)
-from ch_launcher.kubevirt.domain import DomainDisk
+from ch_launcher.convert.plan import BuildIso, CreateOverlay, CreateSparseImage, ExpandImage, RequireFile, Step
+from ch_launcher.kubevirt.domain_view import DomainDisk
 from ch_launcher.kubevirt.quantity import MiB, quantity_bytes
-from ch_launcher.kubevirt.vmi import (
-    DNS1123_LABEL_RULE, Disk, Volume, VolumeStatus, is_dns1123_label,
-)
+from ch_launcher.kubevirt.vmi import DNS1123_LABEL_RULE, Disk, Volume, VolumeStatus, is_dns1123_label
 
 MAX_IMAGE_BYTES = 2**63 - 2**20  # the largest file size (off_t), in whole MiB
 MAX_SERIAL_BYTES = 20  # VIRTIO_BLK_ID_BYTES; Cloud Hypervisor refuses longer (vmm/src/config.rs@v53.0)
@@ -322,12 +316,14 @@ def _volume(t: Translation, vi: int, volume: Volume, cloud_init: str | None,
             CreateOverlay(field=f"{vpath}.containerDisk", path=overlay, backing=backing, backing_format="")])
     if kind in ("persistentVolumeClaim", "dataVolume"):
         status = volume_status(t.vmi.status.volumeStatus, name)
+        image: _Image | None
         if is_hotplugged(volume, status):
             block = _is_block(t, name)
             image = _Image(hotplug_path(env.hotplug_disk_dir, name, block), "Raw", block=block)
         else:
             image = _pvc_image(t, f"{vpath}.{kind}", name)
-        if image is not None and kind == "persistentVolumeClaim" and volume.persistentVolumeClaim.readOnly:
+        claim = volume.persistentVolumeClaim  # None for a dataVolume
+        if image is not None and claim is not None and claim.readOnly:
             image.readonly = True
         return image
     if kind == "ephemeral":
@@ -436,7 +432,7 @@ def _pvc_size(t: Translation, path: str, name: str) -> int | None:
 def _size(t: Translation, path: str, value: object, name: str) -> int | None:
     """A capacity rounded down to 1 MiB (util.AlignImageSizeTo1MiB), at least 1 MiB."""
     try:
-        size = quantity_bytes(value)  # type: ignore[arg-type]
+        size = quantity_bytes(value)
     except ValueError as e:
         t.unsupported(path, f"{path} '{value}' is not a valid quantity: {e}", "FieldValueInvalid")
         return None

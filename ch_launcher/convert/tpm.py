@@ -44,10 +44,7 @@ def configure_tpm(t: Translation) -> None:
     if tpm is None or tpm.enabled is False:
         return
     vmi = t.vmi
-    if vmi.status.runtimeUser != 0:
-        base = f"{t.env.private_dir}/libvirt/qemu/swtpm"
-    else:
-        base = t.env.root_swtpm_dir
+    base = f"{t.env.private_dir}/libvirt/qemu/swtpm" if vmi.status.runtimeUser != 0 else t.env.root_swtpm_dir
     platform = t.config.platform
     uuid = (platform.system_uuid if platform is not None else None) or vmi.metadata.uid
     socket = f"{t.vmi_dir}/swtpm.sock"

@@ -15,10 +15,10 @@ cloud-hypervisor.md §7.2). It has no USB controller, so USB host devices cannot
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from ch_launcher.ch.vmconfig import DeviceConfig
-from ch_launcher.kubevirt.domain import DomainHostDevice
+from ch_launcher.kubevirt.domain_view import DomainHostDevice
 
 PCI_RESOURCE_PREFIX = "PCI_RESOURCE"
 MDEV_RESOURCE_PREFIX = "MDEV_PCI_RESOURCE"
@@ -72,7 +72,7 @@ class AddressPool:
     """
 
     def __init__(self, environ: Mapping[str, str], prefix: str, resources: Iterable[str],
-                 validate=None):
+                 validate: Callable[[str], str] | None = None) -> None:
         self.prefix = prefix
         self._addresses: dict[str, list[str]] = {}
         self._malformed: dict[str, str] = {}  # resource -> why its variable is unusable

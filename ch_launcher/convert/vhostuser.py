@@ -17,24 +17,25 @@ so the binding needs no `sidecarImage` (docs/vhost-user.md shows the CR).
 
 from __future__ import annotations
 
-from ch_launcher.ch.vmconfig import NetConfig
+from ch_launcher.ch.vmconfig import NetConfig, VhostMode
 from ch_launcher.convert import podnet
 from ch_launcher.convert.context import Translation
 from ch_launcher.convert.netinfo import DeviceInfo
 from ch_launcher.convert.plan import WaitForSocket
-from ch_launcher.kubevirt.domain import DomainInterface
+from ch_launcher.kubevirt.domain_view import DomainInterface
 from ch_launcher.kubevirt.vmi import Interface
 
 VHOSTUSER_BINDING = "vhostuser"  # the binding name of VEP 307 (used at admission, where no pod exists)
 ADMISSION_SOCKET_DIR = "/var/run/kubevirt/vhostuser"  # VEP 307's stable per-interface socket path
 SOCKET_WAIT_SECONDS = 30.0
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes including the terminating NUL
-_MODES = {"client": "Client", "server": "Server"}
+_MODES: dict[str, VhostMode] = {"client": "Client", "server": "Server"}
 
 
 def vhost_user_interface(t: Translation, path: str, iface: Interface, info: DeviceInfo | None,
                          pairs: int) -> None:
     """Add a vhost-user-net NetConfig for `iface`; `info` is None at admission (placeholder socket)."""
+    mode: VhostMode
     if info is None:
         socket, mode = f"{ADMISSION_SOCKET_DIR}/{iface.name}", "Client"
     else:

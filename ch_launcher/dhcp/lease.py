@@ -120,11 +120,10 @@ def parse_vif_cache(text: str, path: str) -> CachedInterface:
         mac = _go_mac(data.get("MAC"))
     except (ValueError, TypeError, binascii.Error) as e:
         raise LeaseError(f"{path}: {e}") from None
-    if address is not None and address.version != 4:
-        address = None
-    if not ipam_disabled and address is None:
+    v4 = address if isinstance(address, ipaddress.IPv4Interface) else None
+    if not ipam_disabled and v4 is None:
         raise LeaseError(f"{path} has no IPv4 address for the guest")
-    return CachedInterface(address, gateway, tuple(routes), ipam_disabled, mac)  # type: ignore[arg-type]
+    return CachedInterface(v4, gateway, tuple(routes), ipam_disabled, mac)
 
 
 def _go_ip(value: Any) -> str:
@@ -132,7 +131,7 @@ def _go_ip(value: Any) -> str:
     if value in (None, ""):
         return ""
     ip = ipaddress.ip_address(str(value))
-    return str(ip.ipv4_mapped) if getattr(ip, "ipv4_mapped", None) else str(ip)
+    return str(ip.ipv4_mapped) if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped else str(ip)
 
 
 def _go_ipnet(value: Any) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface | None:
@@ -150,7 +149,7 @@ def _go_ipnet(value: Any) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface |
     if mask in (None, ""):
         raise ValueError(f"address {ip} has no mask")
     raw = base64.b64decode(mask, validate=True)
-    prefix = bin(int.from_bytes(raw, "big")).count("1")
+    prefix = int.from_bytes(raw, "big").bit_count()
     return ipaddress.ip_interface(f"{ip}/{prefix}")
 
 
@@ -177,7 +176,8 @@ def build_lease(spec: DhcpSpec, server_ip: str, resolver: Resolver, hostname: st
     """The lease of `spec`. Bridge binding needs `cached` (the vif cache)."""
     if spec.binding == "masquerade":
         address = ipaddress.IPv4Interface(spec.address)
-        router, routes = spec.gateway, ()
+        router = spec.gateway
+        routes: tuple[tuple[str, str], ...] = ()
     else:
         if cached is None or cached.address is None:
             raise LeaseError(f"{spec.field}: no cached address for bridge interface {spec.pod_interface}")

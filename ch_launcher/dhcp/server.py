@@ -16,6 +16,7 @@ container has.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
@@ -67,12 +68,18 @@ class DhcpHandle:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def run(self, sock: socket.socket, served: list[_Served]) -> None:
+        """Serve `served` on `sock` in a thread; the handle owns the socket from now on."""
+        self.leases = [s.lease for s in served]
+        self._sock, self._wake = sock, os.pipe()
+        self._thread = threading.Thread(target=_serve, args=(sock, self._wake[0], served, self.served),
+                                        name="dhcp-server", daemon=True)
+        self._thread.start()
+
     def stop(self) -> None:
         if self._wake is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.write(self._wake[1], b"x")
-            except OSError:
-                pass
         if self._thread is not None:
             self._thread.join(STOP_TIMEOUT)
             self._thread = None
@@ -106,13 +113,7 @@ def start_dhcp(plan: Plan, env: LauncherEnv, *, resolv_conf: str = "/etc/resolv.
             served.append(entry)
     if not served:
         return handle
-    sock = _bind(port, served)
-    wake = os.pipe()
-    handle.leases = [s.lease for s in served]
-    handle._sock, handle._wake = sock, wake
-    handle._thread = threading.Thread(target=_serve, args=(sock, wake[0], served, handle.served),
-                                      name="dhcp-server", daemon=True)
-    handle._thread.start()
+    handle.run(_bind(port, served), served)
     for entry in served:
         marker = os.path.join(env.private_dir, f"dhcp_started-{entry.lease.spec.pod_interface}")
         try:
@@ -211,15 +212,16 @@ def _bind(port: int, served: list[_Served]) -> socket.socket:
 
 def _serve(sock: socket.socket, wake_fd: int, served: list[_Served], counts: dict[str, int]) -> None:
     by_ifindex = {s.ifindex: s for s in served}
+    watched: list[socket.socket | int] = [sock, wake_fd]
     while True:
         try:
-            ready, _, _ = select.select([sock, wake_fd], [], [])
+            ready, _, _ = select.select(watched, [], [])
         except (OSError, ValueError):
             return
         if wake_fd in ready:
             return
         try:
-            data, ancdata, _flags, source = sock.recvmsg(4096, socket.CMSG_SPACE(_PKTINFO.size))
+            data, ancdata, _flags, _source = sock.recvmsg(4096, socket.CMSG_SPACE(_PKTINFO.size))
         except OSError as e:
             if e.errno in (errno.EAGAIN, errno.EINTR):
                 continue
@@ -253,7 +255,7 @@ def _serve(sock: socket.socket, wake_fd: int, served: list[_Served], counts: dic
 def _ingress(ancdata: Iterable[tuple[int, int, bytes]]) -> int | None:
     for level, kind, data in ancdata:
         if level == socket.IPPROTO_IP and kind == IP_PKTINFO and len(data) >= _PKTINFO.size:
-            return _PKTINFO.unpack_from(data)[0]
+            return int(_PKTINFO.unpack_from(data)[0])
     return None
 
 

@@ -30,8 +30,19 @@ import json
 from typing import Any
 
 from ch_launcher.kubevirt.domain_view import (  # re-exported
-    deleted_domain_view, DomainDisk, DomainHostDevice, DomainInterface, DomainView, GracePeriod,
-    GuestPanicInfo, HOST_ARCH, LifeCycle, now_rfc3339, Reason, rfc3339, VcpuSlot,
+    HOST_ARCH,
+    DomainDisk,
+    DomainHostDevice,
+    DomainInterface,
+    DomainView,
+    GracePeriod,
+    GuestPanicInfo,
+    LifeCycle,
+    Reason,
+    VcpuSlot,
+    deleted_domain_view,
+    now_rfc3339,
+    rfc3339,
 )
 
 __all__ = [  # the view's names and the encoders

@@ -9,10 +9,14 @@ import enum
 import platform
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from ch_launcher.kubevirt.migration import MigrationMetadata
+
+class MigrationView(Protocol):
+    """The Domain's `Spec.Metadata.KubeVirt.Migration` (`kubevirt.migration.MigrationMetadata`,
+    which imports this module for its times: named by what the encoder needs of it)."""
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 class LifeCycle(str, enum.Enum):
@@ -24,7 +28,7 @@ class LifeCycle(str, enum.Enum):
     BLOCKED = "Blocked"
     PAUSED = "Paused"
     SHUTTING_DOWN = "ShuttingDown"  # Go constant `Shutdown`
-    SHUTDOWN = "ShuttingDown"  # alias with the Go constant's name
+    SHUTDOWN = "ShuttingDown"  # noqa: PIE796 - an alias with the Go constant's name
     SHUTOFF = "Shutoff"
     CRASHED = "Crashed"
     PMSUSPENDED = "PMSuspended"
@@ -220,7 +224,7 @@ class DomainView:
     panic_info: GuestPanicInfo | None = None
     panic_models: tuple[str, ...] = ()  # Spec.Devices.PanicDevices[].Model
     defined: bool = True
-    migration: MigrationMetadata | None = None  # Spec.Metadata.KubeVirt.Migration
+    migration: MigrationView | None = None  # Spec.Metadata.KubeVirt.Migration
 
     def __post_init__(self) -> None:
         # Frozen dataclass: coerce in place once, so equality and hashing see tuples and enums.

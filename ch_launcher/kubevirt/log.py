@@ -102,7 +102,7 @@ class _VerbosityFilter(logging.Filter):
         return v <= self.verbosity
 
 
-class KubeVirtHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class KubeVirtHandler(logging.StreamHandler[IO[str]]):
     """Writes each line with one write() call, so lines from threads never interleave."""
 
     def emit(self, record: logging.LogRecord) -> None:

@@ -16,10 +16,13 @@ import math
 import os
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ch_launcher.kubevirt.domain import rfc3339
+from ch_launcher.kubevirt.domain_view import rfc3339
 from ch_launcher.kubevirt.quantity import parse_quantity
+
+if TYPE_CHECKING:
+    from ch_launcher.kubevirt.vmi import VirtualMachineInstance
 
 DIRECT_MIGRATION_PORT = 49152  # LibvirtDirectMigrationPort: the memory stream
 BLOCK_MIGRATION_PORT = 49153   # LibvirtBlockMigrationPort: block migration (not used: no storage migration)
@@ -45,7 +48,7 @@ def proxy_socket(share_dir: str, uid: str, port: int = DIRECT_MIGRATION_PORT) ->
     return os.path.join(share_dir, PROXY_DIR, f"{proxy_key(uid, port)}-source.sock")
 
 
-def migration_uid(vmi: Any) -> str:
+def migration_uid(vmi: VirtualMachineInstance) -> str:
     """`MigrationUID`: `sourceState.migrationUID` (decentralized), else `migrationUID`."""
     state = vmi.status.migrationState
     if state is None:
@@ -55,7 +58,7 @@ def migration_uid(vmi: Any) -> str:
     return state.migrationUID
 
 
-def target_proxy_uid(vmi: Any) -> str:
+def target_proxy_uid(vmi: VirtualMachineInstance) -> str:
     """`migrationProxyKey` on the target: the source VMI's uid for a decentralized migration
     over unix transport, else the VMI's own."""
     state = vmi.status.migrationState
@@ -65,7 +68,7 @@ def target_proxy_uid(vmi: Any) -> str:
     return vmi.metadata.uid
 
 
-def data_size_gb(vmi: Any) -> int:
+def data_size_gb(vmi: VirtualMachineInstance) -> int:
     """`getVMIMigrationDataSize` for a migration without storage: the guest memory (`memory.guest`,
     else the memory request) in units of 10^9 bytes, rounded up (`ScaledValue(resource.Giga)`)."""
     domain = vmi.spec.domain
@@ -157,7 +160,8 @@ class MigrationOptions:
             data = {}
         if not isinstance(data, dict):
             raise InvalidOptions("no valid migration options object present in command server request: json: "
-                                 f"cannot unmarshal {type(data).__name__} into Go value of type cmdclient.MigrationOptions")
+                                 f"cannot unmarshal {type(data).__name__} into Go value of type "
+                                 "cmdclient.MigrationOptions")
 
         def number(key: str, default: int) -> int:
             value = data.get(key)

@@ -25,7 +25,7 @@ GiB = 2**30
 MAX_MAGNITUDE = Decimal("1e64")
 
 
-def parse_quantity(value: str | int | float) -> Decimal:
+def parse_quantity(value: object) -> Decimal:
     """Return the exact value of a quantity. Integers and floats pass through.
 
     Raises ValueError, and nothing else, for anything that is not a finite quantity, and for
@@ -39,7 +39,7 @@ def parse_quantity(value: str | int | float) -> Decimal:
     return d
 
 
-def _parse(value: str | int | float) -> Decimal:
+def _parse(value: object) -> Decimal:
     if isinstance(value, bool):
         raise ValueError(f"quantity must be a string or number, not {value!r}")
     if isinstance(value, (int, float)):
@@ -62,12 +62,12 @@ def _parse(value: str | int | float) -> Decimal:
         raise ValueError(f"quantity {value!r} is out of range") from None
 
 
-def quantity_bytes(value: str | int | float) -> int:
+def quantity_bytes(value: object) -> int:
     """A quantity as a whole number of bytes, rounded up (as Kubernetes' Value() does)."""
     return int(parse_quantity(value).to_integral_value(rounding=ROUND_CEILING))
 
 
-def quantity_millis(value: str | int | float) -> int:
+def quantity_millis(value: object) -> int:
     """A quantity in thousandths (CPU millicores), rounded up."""
     return int((parse_quantity(value) * 1000).to_integral_value(rounding=ROUND_CEILING))
 

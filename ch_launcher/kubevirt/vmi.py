@@ -25,27 +25,82 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from ch_launcher.kubevirt.vmi_base import (  # re-exported
-    Empty, Quantity, _Model,
+from ch_launcher.kubevirt.vmi_base import Empty, Quantity, _Model  # re-exported
+from ch_launcher.kubevirt.vmi_devices import (  # re-exported
+    GPU,
+    CDRomTarget,
+    Devices,
+    DHCPOptions,
+    DHCPPrivateOptions,
+    Disk,
+    DiskTarget,
+    Filesystem,
+    HostDevice,
+    Input,
+    Interface,
+    LunTarget,
+    PanicDevice,
+    PluginBinding,
+    Port,
+    SoundDevice,
+    TPMDevice,
+    Watchdog,
 )
 from ch_launcher.kubevirt.vmi_domain import (  # re-exported
-    ResourceRequirements, CPUFeature, NUMA, Realtime, CPU, Hugepages, ReservedOverhead, Memory, Machine,
-    BIOS, EFI, Bootloader, KernelBootContainer, KernelBoot, FirmwareACPI, Firmware, FeatureState,
-    FeatureAPIC, FeatureKVM, Features, Clock, LaunchSecurity, DomainSpec,
-)
-from ch_launcher.kubevirt.vmi_devices import (  # re-exported
-    DiskTarget, LunTarget, CDRomTarget, Disk, Port, PluginBinding, DHCPPrivateOptions, DHCPOptions,
-    Interface, Input, Watchdog, GPU, HostDevice, Filesystem, SoundDevice, TPMDevice, PanicDevice,
-    Devices,
-)
-from ch_launcher.kubevirt.vmi_volumes import (  # re-exported
-    ContainerDiskSource, PVCSource, DataVolumeSource, EphemeralSource, LocalObjectReference,
-    CloudInitSource, EmptyDiskSource, HostDiskSource, ConfigMapSource, SecretSource,
-    ServiceAccountSource, DownwardAPISource, Volume, PodNetwork, MultusNetwork, Network,
+    BIOS,
+    CPU,
+    EFI,
+    NUMA,
+    Bootloader,
+    Clock,
+    CPUFeature,
+    DomainSpec,
+    FeatureAPIC,
+    FeatureKVM,
+    Features,
+    FeatureState,
+    Firmware,
+    FirmwareACPI,
+    Hugepages,
+    KernelBoot,
+    KernelBootContainer,
+    LaunchSecurity,
+    Machine,
+    Memory,
+    Realtime,
+    ReservedOverhead,
+    ResourceRequirements,
 )
 from ch_launcher.kubevirt.vmi_status import (  # re-exported
-    PVCInfo, HotplugVolumeStatus, HOTPLUG_READY_PHASES, VolumeStatus, InterfaceStatus, MemoryStatus,
-    CPUTopology, MigrationPeerState, MigrationState, Condition, VMIStatus,
+    HOTPLUG_READY_PHASES,
+    Condition,
+    CPUTopology,
+    HotplugVolumeStatus,
+    InterfaceStatus,
+    MemoryStatus,
+    MigrationPeerState,
+    MigrationState,
+    PVCInfo,
+    VMIStatus,
+    VolumeStatus,
+)
+from ch_launcher.kubevirt.vmi_volumes import (  # re-exported
+    CloudInitSource,
+    ConfigMapSource,
+    ContainerDiskSource,
+    DataVolumeSource,
+    DownwardAPISource,
+    EmptyDiskSource,
+    EphemeralSource,
+    HostDiskSource,
+    LocalObjectReference,
+    MultusNetwork,
+    Network,
+    PodNetwork,
+    PVCSource,
+    SecretSource,
+    ServiceAccountSource,
+    Volume,
 )
 
 __all__ = [  # every public name of the model, wherever it is defined

@@ -10,7 +10,6 @@ from pydantic import Field
 
 from ch_launcher.kubevirt.vmi_base import Empty, _Model
 
-
 # --- spec.domain.devices ---------------------------------------------------------------------
 
 

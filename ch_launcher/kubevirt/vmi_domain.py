@@ -12,7 +12,6 @@ from pydantic import Field
 from ch_launcher.kubevirt.vmi_base import Empty, Quantity, _Model
 from ch_launcher.kubevirt.vmi_devices import Devices
 
-
 # --- spec.domain: compute and memory ---------------------------------------------------------
 
 

@@ -8,7 +8,6 @@ from pydantic import Field
 
 from ch_launcher.kubevirt.vmi_base import Quantity, _Model
 
-
 # --- status ----------------------------------------------------------------------------------
 
 

@@ -10,7 +10,6 @@ from pydantic import Field
 
 from ch_launcher.kubevirt.vmi_base import Empty, Quantity, _Model
 
-
 # --- spec.volumes and spec.networks ----------------------------------------------------------
 
 

@@ -5,6 +5,12 @@ them under one asyncio lock (`runner.Runner`, which also keeps each command with
 so commands never interleave. Blocking REST calls run in one worker
 thread (CH serves one request at a time anyway); translation and preparation run in another.
 
+`DomainManager` (`core`) is a facade over objects that each own their state (docs/architecture.md
+draws them): the domain record (`record`), one session per VMM process (`vmm`), the boot
+(`boot`), the supervision of the VMM (`supervision`), the reconfiguration of a running VM
+(`reconfig`), the lifecycle commands (`commands`); live migration (`migration_source`,
+`migration_target`) works through `migration_port.MigrationHost`.
+
 What the manager observes becomes the Domain that virt-handler sees:
 - CH's event stream (a FIFO read with `add_reader`) and the VMM's exit (its pidfd, also with
   `add_reader`) move the `VmState` (`lifecycle.state_after_event`, `lifecycle.down_reason`);

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ch_launcher.convert import Plan
 
-log = logging.getLogger("ch_launcher.manager.core")
+log = logging.getLogger(__name__)
 
 
 def resizes(live: Plan, wanted: Plan) -> dict[str, int | None]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ch_launcher.console import ConsoleError, SerialConsole, console_paths
 from ch_launcher.manager import features
@@ -14,6 +14,7 @@ from ch_launcher.manager.settings import CommandFailed, ManagerSettings
 
 if TYPE_CHECKING:
     from ch_launcher.convert import LauncherOptions, Plan
+    from ch_launcher.dhcp.server import DhcpHandle
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ class GuestServices:
     def __init__(self, settings: ManagerSettings) -> None:
         self.settings = settings
         self._console: SerialConsole | None = None
-        self._dhcp: Any = None
+        self._dhcp: DhcpHandle | None = None
         self._attach: asyncio.Task[None] | None = None
 
     async def start(self, plan: Plan, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:

@@ -1,8 +1,10 @@
 """The source side of a live migration (docs/migration.md §3.2, §3.3, §5): MigrateVirtualMachine,
 CancelVirtualMachineMigration, and what the VMM's events mean while it sends.
 
-Imported on first use by `manager.migrating`. Everything here runs on the manager's event loop;
-the relay's thread reports through `call_soon_threadsafe`.
+Imported on first use by `manager.core` (the RPCs), never by a launcher that does not migrate. It
+works through `migration_port.MigrationHost`: the domain record, the current VMM session, the
+manager's background tasks. Everything here runs on the manager's event loop; the relay's thread
+reports through `call_soon_threadsafe`.
 
 What the Domain says, in order (as the Go launcher, `live-migration-source.go@d923fdb815cd`):
 metadata `{UID, StartTimestamp, Mode: PreCopy}` once accepted; `Paused`/`Migration` while Cloud
@@ -18,20 +20,23 @@ import asyncio
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ch_launcher.kubevirt import migration as km
 from ch_launcher.kubevirt.domain import Reason, now_rfc3339
-from ch_launcher.lifecycle import NOT_RUNNING, VmState
+from ch_launcher.lifecycle import ALIVE, NOT_RUNNING, UP, VmState
 from ch_launcher.manager.settings import CommandFailed
 
 if TYPE_CHECKING:
     from ch_launcher.ch.events import Event
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
+    from ch_launcher.manager.migration_port import MigrationHost
+    from ch_launcher.manager.record import DomainRecord
     from ch_launcher.migration.relay import Relay
 
-log = logging.getLogger("ch_launcher.manager.core")
+log = logging.getLogger(__name__)
 
 MIN_VERSION = 53  # v53's send-migration returns at once; before, it blocks the whole API
 FAILURE_LINE = re.compile(r"Migration failed: (.*)")
@@ -39,41 +44,42 @@ REASON_WAIT = 2.0   # s: the VMM thread logs "Migration failed: ..." just after 
 RESUME_WAIT = 10.0  # s: a VM the migration paused is resumed right after the failure
 
 
-async def migrate(manager: Any, vmi: VirtualMachineInstance, options_json: bytes) -> str:
+async def migrate(host: MigrationHost, vmi: VirtualMachineInstance, options_json: bytes) -> str:
     """Accept a migration (metadata published) and start it in the background; raises
     CommandFailed for a request that cannot be a migration at all."""
     options = _decode(options_json)
     if vmi.status.migrationState is None:
         raise CommandFailed("cannot migrate VMI until migrationState is ready")
     uid = km.migration_uid(vmi)
-    meta = manager._vm.migration
+    record = host.record
+    meta = record.migration
     if meta is not None and meta.uid == uid:
         if not meta.ended:
             return "the migration is already in progress"
         raise CommandFailed(f"migration job {uid} already executed, finished at {meta.end}, failed: "
                             f"{str(meta.failed).lower()}, abortStatus: {meta.abort_status}")
-    previous = manager._migration
+    previous = host.migration
     if previous is not None and not previous.ended:
         raise CommandFailed(f"migration {previous.uid} is still in progress")
-    manager._vm.migration = km.MigrationMetadata(uid=uid, start=now_rfc3339())
-    outgoing = Outgoing(manager, vmi, options, uid)
-    manager._migration = outgoing
-    manager._publish()
-    manager._runner.background(outgoing.run())
+    record.migration = km.MigrationMetadata(uid=uid, start=now_rfc3339())
+    outgoing = Outgoing(host, vmi, options, uid)
+    host.begin(outgoing)
+    record.publish()
+    host.runner.background(outgoing.run())
     return "migration started"
 
 
-async def cancel(manager: Any, vmi: VirtualMachineInstance) -> str:
+async def cancel(host: MigrationHost, vmi: VirtualMachineInstance) -> str:
     """`cancelMigration`: ignored unless a migration runs and no abort is under way."""
-    meta = manager._vm.migration
-    outgoing = manager._migration
+    meta = host.record.migration
+    outgoing = host.migration
     if (meta is None or meta.ended or meta.failed or meta.start is None or not isinstance(outgoing, Outgoing)
             or outgoing.ended):
         log.info("cancel migration ignored: vmi is not migrating")
         return "not migrating"
     if meta.abort_status in (km.ABORT_IN_PROGRESS, km.ABORT_SUCCEEDED):
         return f"abort already {meta.abort_status.lower()}"
-    outgoing.abort("Live migration has been aborted")
+    outgoing.abort(km.ABORTED_REASON)
     return "abort requested"
 
 
@@ -87,8 +93,10 @@ def _decode(options_json: bytes) -> km.MigrationOptions:
 class Outgoing:
     """One outgoing migration: its relay, the VMM's send, and the end it comes to."""
 
-    def __init__(self, manager: Any, vmi: VirtualMachineInstance, options: km.MigrationOptions, uid: str) -> None:
-        self.manager = manager
+    def __init__(self, host: MigrationHost, vmi: VirtualMachineInstance, options: km.MigrationOptions,
+                 uid: str) -> None:
+        self.host = host
+        self.record: DomainRecord = host.record
         self.vmi = vmi
         self.options = options
         self.uid = uid
@@ -104,55 +112,61 @@ class Outgoing:
 
     async def run(self) -> None:
         """The checks that fail the migration at once, then the relay and vm.send-migration."""
-        m = self.manager
-        plan, vmm = m._plan, m._host.current
+        host = self.host
+        plan, vmm = self.record.plan, host.session
         if plan is not None and plan.migration_blockers:
             from ch_launcher.convert.migration import blockers_text
 
-            return self.fail(blockers_text(plan.migration_blockers))
-        if vmm is None or plan is None or m._vm.state not in (VmState.RUNNING, VmState.PAUSED):
-            return self.fail(NOT_RUNNING)
-        version = m.vmm_version or ""
+            self.fail(blockers_text(plan.migration_blockers))
+            return
+        if vmm is None or plan is None or self.record.state not in UP:
+            self.fail(NOT_RUNNING)
+            return
+        version = host.vmm_version or ""
         try:
             major = int(version.split(".")[0])
         except ValueError:
             major = 0
         if major < MIN_VERSION:
-            return self.fail(f"live migration needs cloud-hypervisor v{MIN_VERSION} or newer (its send-migration "
-                             f"runs in the background); this VMM is {version or 'unknown'}")
-        proxy = km.proxy_socket(m.settings.share_dir, self.vmi.metadata.uid)
-        if not os.path.exists(proxy):
-            return self.fail(f"virt-handler's migration proxy socket {proxy} does not exist")
+            self.fail(f"live migration needs cloud-hypervisor v{MIN_VERSION} or newer (its send-migration "
+                      f"runs in the background); this VMM is {version or 'unknown'}")
+            return
+        proxy = km.proxy_socket(host.settings.share_dir, self.vmi.metadata.uid)
+        if not os.path.exists(proxy):  # noqa: ASYNC240 - one stat of a local socket path
+            self.fail(f"virt-handler's migration proxy socket {proxy} does not exist")
+            return
         for note in self.options.degradations():
             log.warning("migration %s degraded: %s", self.uid, note)
         if self.options.degradations():
-            m._k8s_event("Normal", "MigrationDegraded", "Cloud Hypervisor cannot honour every migration option: "
-                         + "; ".join(self.options.degradations()))
+            self.record.k8s_event("Normal", "MigrationDegraded", "Cloud Hypervisor cannot honour every migration "
+                                  "option: " + "; ".join(self.options.degradations()))
         if self.options.unsafe_migration:
             log.info("UnsafeMigration is set: Cloud Hypervisor has no migration safety checks to disable")
         from ch_launcher.migration.relay import Relay
 
-        api_socket = m.settings.vmm_paths[0]
+        api_socket = host.settings.vmm_paths[0]
         listen = os.path.join(os.path.dirname(api_socket), "migration-out.sock")
         loop = asyncio.get_running_loop()
         relay = Relay(listen, proxy, name="send", bandwidth=self.options.bandwidth,
-                      on_end=lambda outcome, detail: loop.call_soon_threadsafe(self._relay_ended, outcome, detail))
+                      on_end=self._from_relay_thread(loop))
         try:
             relay.start()
         except OSError as e:
-            return self.fail(f"cannot listen on {listen} for the VMM's migration stream: {e.strerror or e}")
+            self.fail(f"cannot listen on {listen} for the VMM's migration stream: {e.strerror or e}")
+            return
         self.relay = relay
         self.memory_total = plan.config.memory.size if plan.config.memory else 0
         body = self.options.send_migration_data(f"unix:{listen}", km.data_size_gb(self.vmi))
         from ch_launcher.ch.api import ChApiError
 
         try:
-            await m._api(vmm.client.send_migration, body["destination_url"], downtime_ms=body.get("downtime_ms"),
-                         timeout_s=body.get("timeout_s"), connections=body["connections"],
-                         timeout_strategy=body["timeout_strategy"])
+            await vmm.call(vmm.client.send_migration, body["destination_url"], downtime_ms=body.get("downtime_ms"),
+                           timeout_s=body.get("timeout_s"), connections=body["connections"],
+                           timeout_strategy=body["timeout_strategy"])
         except ChApiError as e:
             relay.close()
-            return self.fail(f"cloud-hypervisor refused to send the VM: {e}")
+            self.fail(f"cloud-hypervisor refused to send the VM: {e}")
+            return
         self.sending = True
         log.info("Initiating live migration %s to %s (%s)", self.uid, proxy,
                  ", ".join(f"{k}={v}" for k, v in body.items() if k != "destination_url"))
@@ -164,15 +178,15 @@ class Outgoing:
         """The VMM's events while sending; False lets the manager handle them as usual."""
         if self.ended:
             return False
-        m = self.manager
+        record = self.record
         name = event.name
         if name == "vm:paused" and self.sending:
-            m._vm.migration_paused = True  # the switch-over: Paused/Migration, not Paused/Unknown
+            record.migration_paused = True  # the switch-over: Paused/Migration, not Paused/Unknown
             return False
         if name == "vm:resumed":
-            m._vm.migration_paused = False
+            record.migration_paused = False
             if self.failing:
-                m._bump()
+                record.bump()
             return False
         if name == "vm:migration-memory-iteration":
             p = self.relay.progress() if self.relay is not None else None
@@ -200,6 +214,13 @@ class Outgoing:
         self.finish(failed=True, reason=f"Live migration failed: cloud-hypervisor {how} during the migration",
                     publish=False)
 
+    def _from_relay_thread(self, loop: asyncio.AbstractEventLoop) -> Callable[[str, str], None]:
+        """The relay's `on_end`, called in its thread: `_relay_ended` on the event loop."""
+        def on_end(outcome: str, detail: str) -> None:
+            loop.call_soon_threadsafe(self._relay_ended, outcome, detail)
+
+        return on_end
+
     def _relay_ended(self, outcome: str, detail: str) -> None:
         log.info("migration %s: the stream ended: %s (%s)", self.uid, outcome, detail)
         if outcome == "completed" and not self.ended:
@@ -209,39 +230,41 @@ class Outgoing:
 
     def _committed_without_finish(self) -> None:
         if not self.ended and not self.failing:
-            log.error("migration %s: the target resumed the VM but the source VMM did not finish; stopping it", self.uid)
+            log.error("migration %s: the target resumed the VM but the source VMM did not finish; stopping it",
+                      self.uid)
             self.succeeded(kill=True)
 
     # --- ends ----------------------------------------------------------------------------------
 
     def succeeded(self, *, kill: bool = False) -> None:
         """The VM runs on the target: Shutoff/Migrated and EndTimestamp in one event."""
-        m = self.manager
+        record = self.record
         self.finish(failed=False, publish=False)
-        m._vm.migration_paused = False
-        if m._vm.state in (VmState.RUNNING, VmState.PAUSED, VmState.PANICKED):
-            m._vm.down = Reason.MIGRATED
-            m._set_state(VmState.DOWN, force=True)
+        record.migration_paused = False
+        if record.state in ALIVE:
+            record.set_state(VmState.DOWN, down=Reason.MIGRATED, force=True)
         else:
-            m._publish(force=True)
+            record.publish(force=True)
         if kill:
-            m._runner.background(m._stop_vmm())
+            self.host.runner.background(self.host.stop_vmm())
         log.info("Live migration %s succeeded.", self.uid)
 
     async def _settle_failure(self) -> None:
         """After `vm:migration-failed`: if the target acknowledged Complete, the VM moved after all
         (kill this copy); else wait until the VMM resumed a VM it had paused, read its reason."""
-        m = self.manager
+        record = self.record
         if self.relay is not None and self.relay.progress().complete_acked:
-            return self.succeeded(kill=True)
-        if m._vm.migration_paused:
-            await m.wait_until(lambda: not m._vm.migration_paused or m._vm.state is not VmState.PAUSED, RESUME_WAIT)
+            self.succeeded(kill=True)
+            return
+        if record.migration_paused:
+            await record.wait_until(lambda: not record.migration_paused or record.state is not VmState.PAUSED,
+                                    RESUME_WAIT)
         reason = await self._vmm_reason()
         self.finish(failed=True, reason=f"Live migration failed: {reason}" if reason else "Live migration failed.")
 
     async def _vmm_reason(self) -> str:
         """The VMM's `Migration failed: <chain>` from its log (written just after the event)."""
-        path = self.manager.settings.vmm_paths[2]
+        path = self.host.settings.vmm_paths[2]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + REASON_WAIT
         while True:
@@ -257,22 +280,30 @@ class Outgoing:
     def abort(self, reason: str) -> None:
         """Cut the stream unless `Complete` has gone through (then the abort fails and the
         migration completes). Publishes Aborting, then Succeeded or Failed."""
-        m = self.manager
-        m._vm.migration = replace(m._vm.migration, abort_status=km.ABORT_IN_PROGRESS)
-        m._publish()
+        record = self.record
+        self._set_abort_status(km.ABORT_IN_PROGRESS)
+        record.publish()
         relay = self.relay
         if not self.sending and not self.ended:
             # Not started yet (checks still running): nothing went to the target.
-            m._vm.migration = replace(m._vm.migration, abort_status=km.ABORT_SUCCEEDED)
+            self._set_abort_status(km.ABORT_SUCCEEDED)
             self.finish(failed=True, reason=reason)
             return
         if relay is not None and relay.cut():
-            m._vm.migration = replace(m._vm.migration, abort_status=km.ABORT_SUCCEEDED)
+            self._set_abort_status(km.ABORT_SUCCEEDED)
             log.info("Live migration %s abort succeeded", self.uid)
         else:
-            m._vm.migration = replace(m._vm.migration, abort_status=km.ABORT_FAILED)
+            self._set_abort_status(km.ABORT_FAILED)
             log.warning("Live migration %s: too late to abort (the target has the VM)", self.uid)
-        m._publish()
+        record.publish()
+
+    def _metadata(self) -> km.MigrationMetadata:
+        meta = self.record.migration
+        assert meta is not None  # set when the migration was accepted, never taken away
+        return meta
+
+    def _set_abort_status(self, status: str) -> None:
+        self.record.migration = replace(self._metadata(), abort_status=status)
 
     def finish(self, *, failed: bool, reason: str = "", publish: bool = True) -> None:
         """`setMigrationResult` (once)."""
@@ -281,15 +312,15 @@ class Outgoing:
         self.ended = True
         if self._progress_timer is not None:
             self._progress_timer.cancel()
-        m = self.manager
-        m._vm.migration = m._vm.migration.finished(now_rfc3339(), failed=failed, reason=reason)
+        record = self.record
+        meta = record.migration = self._metadata().finished(now_rfc3339(), failed=failed, reason=reason)
         if self.relay is not None:
             self.relay.close()
         if failed:
-            m._k8s_event("Warning", "Migrated", f"VirtualMachineInstance migration uid {self.uid} failed. "
-                         f"reason:{m._vm.migration.failure_reason}")
+            record.k8s_event("Warning", "Migrated", f"VirtualMachineInstance migration uid {self.uid} failed. "
+                             f"reason:{meta.failure_reason}")
         if publish:
-            m._publish(force=True)
+            record.publish(force=True)
 
     async def close(self) -> None:
         if self._finishing is not None:
@@ -317,8 +348,8 @@ class Outgoing:
             return
         if idle is None or idle >= self.options.progress_timeout:
             log.warning("Aborting migration %s: stuck for %d seconds", self.uid, self.options.progress_timeout)
-            if self.manager._vm.migration.abort_status not in (km.ABORT_IN_PROGRESS, km.ABORT_SUCCEEDED):
-                self.abort("Live migration has been aborted")
+            if self._metadata().abort_status not in (km.ABORT_IN_PROGRESS, km.ABORT_SUCCEEDED):
+                self.abort(km.ABORTED_REASON)
             return
         self._progress_timer = loop.call_later(self.options.progress_timeout - idle, self._check_progress)
 
@@ -331,9 +362,11 @@ class Outgoing:
                     "MemDirtyRateSet": False, "MemDirtyRate": 0}
         total = self.memory_total
         first = p.iterations == 0  # during the first (full) iteration the rest is known
-        return {"DataTotalSet": total > 0, "DataTotal": total, "DataProcessedSet": True, "DataProcessed": p.memory_bytes,
+        return {"DataTotalSet": total > 0, "DataTotal": total,
+                "DataProcessedSet": True, "DataProcessed": p.memory_bytes,
                 "MemoryBpsSet": True, "MemoryBps": int(p.bytes_per_second),
-                "DataRemainingSet": first and total > 0, "DataRemaining": max(0, total - p.memory_bytes) if first else 0,
+                "DataRemainingSet": first and total > 0,
+                "DataRemaining": max(0, total - p.memory_bytes) if first else 0,
                 "MemDirtyRateSet": False, "MemDirtyRate": 0}
 
 

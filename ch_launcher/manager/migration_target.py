@@ -1,9 +1,10 @@
 """The target side of a live migration (docs/migration.md §3.4, §5): SyncMigrationTarget,
 FinalizeVirtualMachineMigration, and what the receiving VMM's events and answer mean.
 
-Imported on first use by `manager.migrating`. The receive call blocks the VMM's API for the whole
-migration, so it runs in a thread of its own (not the manager's REST worker); its answer, the
-relay's end and the VMM's exit all come back to the event loop.
+Imported on first use by `manager.core` (the RPCs), never by a launcher that does not migrate. It
+works through `migration_port.MigrationHost`. The receive call blocks the VMM's API for the whole
+migration, so it runs in a thread of its own (not the REST worker); its answer, the relay's end
+and the VMM's exit all come back to the event loop.
 
 The Domain (as the Go launcher's target, `live-migration-target.go@d923fdb815cd`, and libvirt's
 incoming domain): nothing until the source connects; then ADDED `Paused`/`Migration` with the
@@ -20,6 +21,7 @@ import contextlib
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -30,46 +32,46 @@ from ch_launcher.manager.settings import CommandFailed
 
 if TYPE_CHECKING:
     from ch_launcher.ch.events import Event
-    from ch_launcher.convert import LauncherOptions
+    from ch_launcher.convert import LauncherOptions, Plan
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
+    from ch_launcher.manager.migration_port import MigrationHost
+    from ch_launcher.manager.record import DomainRecord
+    from ch_launcher.manager.vmm import VmmSession
     from ch_launcher.migration.relay import Relay
 
-log = logging.getLogger("ch_launcher.manager.core")
+log = logging.getLogger(__name__)
 
 READY_WAIT = 10.0          # s for the VMM to listen after vm.receive-migration
 RECEIVE_TIMEOUT = 24 * 3600.0  # the receive answers when the migration ends, however long
 PAUSED_CONDITION = "Paused"
 
 
-async def prepare(manager: Any, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> str:
-    """`prepareMigrationTarget`: translate and prepare as for a start, a VMM waiting to receive,
-    the relay on virt-handler's socket. Idempotent once prepared."""
-    incoming = manager._migration
+async def prepare(host: MigrationHost, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> str:
+    """`prepareMigrationTarget`: translate and prepare as for a start (the plan and its devices
+    as a boot records them), a VMM waiting to receive, the relay on virt-handler's socket.
+    Idempotent once prepared."""
+    incoming = host.migration
     if isinstance(incoming, Incoming) and not incoming.failed:
         return "the migration target is already prepared"
-    if manager._vm.state not in (VmState.UNDEFINED, VmState.DOWN):
+    record = host.record
+    if record.state not in (VmState.UNDEFINED, VmState.DOWN):
         raise CommandFailed("a VM already runs in this pod: it cannot be a migration target")
-    from ch_launcher.convert import LauncherOptions as Options
-
-    manager._vmi = vmi
-    manager._options = options or Options()
-    manager._plan = await manager._translate(vmi, manager._options)
-    manager._planned_vmi = vmi
-    await manager._prepare_files()
-    vmm = await manager._ensure_vmm()
-    incoming = Incoming(manager, vmi, vmm)
-    manager._migration = incoming
-    manager._vm.migration = km.MigrationMetadata(uid=km.migration_uid(vmi), start=now_rfc3339())
+    await host.plan(vmi, options)
+    await host.prepare_files()
+    vmm = await host.ensure_vmm()
+    incoming = Incoming(host, vmi, vmm)
+    host.begin(incoming)
+    record.migration = km.MigrationMetadata(uid=km.migration_uid(vmi), start=now_rfc3339())
     # A VMI paused on the source stays paused here (Go: `l.paused.add` for the Paused condition).
-    manager._vm.user_paused = any(c.type == PAUSED_CONDITION and c.status == "True" for c in vmi.status.conditions)
+    record.user_paused = any(c.type == PAUSED_CONDITION and c.status == "True" for c in vmi.status.conditions)
     await incoming.start()
     return "prepared: waiting for the source"
 
 
-async def finalize(manager: Any, vmi: VirtualMachineInstance, interface_migration: dict[str, str]) -> str:
+async def finalize(host: MigrationHost, vmi: VirtualMachineInstance, interface_migration: dict[str, str]) -> str:
     """`finalizeMigrationTarget`: succeeds once the incoming migration completed, as often as
     virt-handler calls it. Interface link refresh and guest time are not available here."""
-    incoming = manager._migration
+    incoming = host.migration
     if not isinstance(incoming, Incoming) or not incoming.completed:
         raise CommandFailed("no migration has completed into this pod")
     refresh = sorted(name for name, method in interface_migration.items() if method == "LinkRefresh")
@@ -82,8 +84,10 @@ async def finalize(manager: Any, vmi: VirtualMachineInstance, interface_migratio
 class Incoming:
     """One incoming migration."""
 
-    def __init__(self, manager: Any, vmi: VirtualMachineInstance, vmm: Any) -> None:
-        self.manager = manager
+    def __init__(self, host: MigrationHost, vmi: VirtualMachineInstance, vmm: VmmSession) -> None:
+        self.host = host
+        self.record: DomainRecord = host.record
+        self.uid = km.migration_uid(vmi)
         self.vmi = vmi
         self.vmm = vmm
         self.relay: Relay | None = None
@@ -95,14 +99,14 @@ class Incoming:
         self._receive: threading.Thread | None = None
 
     async def start(self) -> None:
-        m = self.manager
+        host = self.host
         from ch_launcher.migration.relay import Relay
 
-        api_socket = m.settings.vmm_paths[0]
+        api_socket = host.settings.vmm_paths[0]
         ch_listen = os.path.join(os.path.dirname(api_socket), "migration-in.sock")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(ch_listen)
-        proxy = km.proxy_socket(m.settings.share_dir, km.target_proxy_uid(self.vmi))
+        proxy = km.proxy_socket(host.settings.share_dir, km.target_proxy_uid(self.vmi))
         try:
             os.makedirs(os.path.dirname(proxy), exist_ok=True)
         except OSError as e:
@@ -123,11 +127,11 @@ class Incoming:
 
         self._receive = threading.Thread(target=receive, name="ch-receive-migration", daemon=True)
         self._receive.start()
-        if not await m.wait_until(lambda: self.ready or self.ended, READY_WAIT) or not self.ready:
+        if not await self.record.wait_until(lambda: self.ready or self.ended, READY_WAIT) or not self.ready:
             self.fail("cloud-hypervisor did not start listening for the migration")
             raise CommandFailed(f"cloud-hypervisor did not start receiving the migration within {READY_WAIT:g} s")
         relay = Relay(proxy, ch_listen, name="receive", close_on_end=False,
-                      on_end=lambda outcome, detail: loop.call_soon_threadsafe(self._relay_ended, outcome, detail))
+                      on_end=self._from_relay_thread(loop))
         try:
             relay.start()
         except OSError as e:
@@ -141,22 +145,21 @@ class Incoming:
     def on_event(self, event: Event) -> bool:
         if self.ended:
             return False
-        m = self.manager
+        record = self.record
         name = event.name
         if name == "vm:migration-receive-ready":
             self.ready = True
-            m._bump()
+            record.bump()
             return True
         if name == "vm:migration-receive-started":
             self.started = True
-            m._vm.state = VmState.PAUSED
-            m._vm.migration_paused = True
-            m.booted_once.set()  # the domain is defined from here on (`waitForDomainUUID`)
-            m._publish(force=True)
+            record.migration_paused = True
+            record.booted_once.set()  # the domain is defined from here on (`waitForDomainUUID`)
+            record.set_state(VmState.PAUSED, force=True)
             return True
         if name == "vm:resumed":
-            m._vm.migration_paused = False
-            m._set_state(VmState.RUNNING, force=True)
+            record.migration_paused = False
+            record.set_state(VmState.RUNNING, force=True)
             return True
         return name in ("vm:restoring", "vm:restored", "vm:resuming", "vm:migration-receive-finished",
                         "vm:migration-receive-failed", "virtio-device:activated")
@@ -168,6 +171,13 @@ class Incoming:
             self.complete()
         else:
             self.fail(f"the receive failed: {error}")
+
+    def _from_relay_thread(self, loop: asyncio.AbstractEventLoop) -> Callable[[str, str], None]:
+        """The relay's `on_end`, called in its thread: `_relay_ended` on the event loop."""
+        def on_end(outcome: str, detail: str) -> None:
+            loop.call_soon_threadsafe(self._relay_ended, outcome, detail)
+
+        return on_end
 
     def _relay_ended(self, outcome: str, detail: str) -> None:
         if self.ended or outcome == "completed":
@@ -184,21 +194,20 @@ class Incoming:
     def complete(self) -> None:
         """The VM runs here: EndTimestamp; then the guest-facing services, with the MACs the
         received configuration carries."""
-        m = self.manager
+        record, runner = self.record, self.host.runner
         self.ended = self.completed = True
         if self.relay is not None:
-            m._runner.background(self._close_relay_once_done(self.relay))
-        if m._vm.migration_paused:
+            runner.background(self._close_relay_once_done(self.relay))
+        if record.migration_paused:
             # CompletePaused: the source's VM was paused (by the user); it stays so here.
-            m._vm.migration_paused = False
-            m._vm.user_paused = True
-        if m._vm.state is not VmState.RUNNING:
-            m._vm.state = VmState.PAUSED
-        m._vm.migration = m._vm.migration.finished(now_rfc3339(), failed=False)
-        m.booted_once.set()
-        m._publish(force=True)
-        log.info("the incoming migration %s completed", m._vm.migration.uid)
-        m._runner.background(m._runner.locked("migration-target", self._after_completion))
+            record.migration_paused = False
+            record.user_paused = True
+        if record.migration is not None:
+            record.migration = record.migration.finished(now_rfc3339(), failed=False)
+        record.booted_once.set()
+        record.set_state(VmState.RUNNING if record.state is VmState.RUNNING else VmState.PAUSED, force=True)
+        log.info("the incoming migration %s completed", self.uid)
+        runner.background(runner.locked("migration-target", self._after_completion))
 
     async def _close_relay_once_done(self, relay: Relay) -> None:
         """The receive call returns once the VMM has written its answer to `Complete`, which the
@@ -211,55 +220,59 @@ class Incoming:
     async def _after_completion(self) -> None:
         from ch_launcher.ch.api import ChApiError
 
-        m = self.manager
+        host = self.host
         try:
-            info = await m._api(self.vmm.client.info)
-            _adopt_macs(m._plan, info.config)
+            info = await self.vmm.call(self.vmm.client.info)
+            _adopt_macs(self.record.plan, info.config)
         except ChApiError as e:
             log.warning("vm.info after the migration: %s; the guest services use this pod's MACs", e)
         try:
-            await m._guest.start(m._plan, m._vmi, m._options)
+            await host.start_guest_services()
         except CommandFailed as e:
             log.error("after the migration: %s", e)
-        m._guest.attach_console()
+        host.attach_console()
 
     def fail(self, why: str, *, vmm_gone: bool = False) -> None:
         """The migration did not complete here: kill the VMM, withdraw the domain."""
         if self.ended:
             return
-        m = self.manager
+        host, record = self.host, self.record
         self.ended = self.failed = True
         log.error("the incoming migration failed: %s", why)
         relay = self.relay
-        meta = m._vm.migration
+        meta = record.migration
         if meta is not None:
-            m._vm.migration = replace(meta.finished(now_rfc3339(), failed=True, reason=why))
-        m._vm.migration_paused = False
-        # No VM here any more: the VMM's exit must not read as a crash of a running VM.
-        m._vm.state = VmState.UNDEFINED
-        m._vm.killing = True
+            record.migration = replace(meta.finished(now_rfc3339(), failed=True, reason=why))
+        record.migration_paused = False
+        # No VM here any more: the VMM's exit must not read as a crash of a running VM. The
+        # domain is withdrawn below (forgotten), never published in between.
+        record.set_state(VmState.UNDEFINED, publish=False)
+        self.vmm.killing = True
 
         async def withdraw() -> None:
             try:
                 if not vmm_gone:
                     # SIGKILL at once: the API is held by the receive and SIGTERM is not acted on.
-                    await asyncio.to_thread(self.vmm.kill)
+                    await asyncio.to_thread(self.vmm.process.kill)
             finally:
                 if relay is not None:
                     relay.close()  # only now: a receiver without its sender would spin
             if self.started:
-                await m._forget()
+                await host.forget()
             else:
-                m._bump()
+                record.bump()
 
-        m._runner.background(withdraw())
+        host.runner.background(withdraw())
+
+    def job_info(self) -> None:
+        """No outgoing migration job here: the stats carry zeros (`MigrateDomainJobInfo`)."""
 
     async def close(self) -> None:
         if self.relay is not None:
             self.relay.close()
 
 
-def _adopt_macs(plan: Any, config: Any) -> None:
+def _adopt_macs(plan: Plan | None, config: Any) -> None:
     """After a migration the guest keeps the MACs it had: the configuration the source sent.
     DHCP must answer those, not the ones this pod would have chosen."""
     if plan is None or not isinstance(config, dict):

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from ch_launcher.kubevirt.domain import DomainInterface
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
 
-log = logging.getLogger("ch_launcher.manager.core")
+log = logging.getLogger(__name__)
 
 MULTUS_STATUS = "multus-status"  # pkg/network/vmispec InfoSourceMultusStatus
 

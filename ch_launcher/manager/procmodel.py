@@ -24,7 +24,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ch_launcher.ch import procinfo
-from ch_launcher.ch.spawner import SPAWNER_NAME
+from ch_launcher.ch.virtqemud import SPAWNER_NAME
 
 if TYPE_CHECKING:
     from ch_launcher.ch.process import VmmSpawning

@@ -49,26 +49,60 @@ class Runner:
 
         Raises NotStarted when the lock stayed taken for the whole budget (the work is withdrawn,
         it never runs), StillRunning when the work has started but not finished: it then goes on
-        in the background and `on_late_end` gets the exception it ends with (None on success;
-        not called if it is cancelled).
+        in the background, owned here (`cancel()` ends it), and `on_late_end` gets the exception
+        it ends with (None on success; not called if it is cancelled) before the lock is
+        released, so the next command sees what it left. The same when the caller is cancelled
+        (gRPC cancels a handler whose client hung up): work not started yet is withdrawn, work
+        under way goes on and reports its end; the caller gets its CancelledError.
         """
         started = asyncio.Event()
-        task = asyncio.create_task(self.locked(what, work, started), name=f"cmd-{what}")
+        late = False  # the caller stopped waiting: the outcome goes to on_late_end
+
+        async def reporting() -> T:
+            try:
+                result = await work()
+            except Exception as e:
+                if late:
+                    self._report(what, on_late_end, e)
+                raise
+            if late:
+                self._report(what, on_late_end, None)
+            return result
+
+        task = asyncio.create_task(self.locked(what, reporting, started), name=f"cmd-{what}")
         try:
             return await asyncio.wait_for(asyncio.shield(task), max(0.05, budget))
-        except TimeoutError:
+        except (TimeoutError, asyncio.CancelledError) as e:
+            cancelled = isinstance(e, asyncio.CancelledError)
+            if task.done():  # it ended as the wait did: its outcome is the command's
+                if not cancelled:
+                    return task.result()
+                if not task.cancelled():
+                    self._report(what, on_late_end, task.exception())
+                raise
             if not started.is_set():
                 task.cancel()
+                if cancelled:
+                    raise
                 raise NotStarted(self.busy_with or "another command") from None
-
-            def done(t: asyncio.Task[Any]) -> None:
-                self._tasks.discard(t)
-                if not t.cancelled():
-                    on_late_end(t.exception())
-
+            late = True
             self._tasks.add(task)
-            task.add_done_callback(done)
+            task.add_done_callback(self._late_done)
+            if cancelled:
+                raise
             raise StillRunning(what) from None
+
+    @staticmethod
+    def _report(what: str, on_late_end: Callable[[BaseException | None], None], error: BaseException | None) -> None:
+        try:
+            on_late_end(error)
+        except Exception:  # a failing report must not change the work's outcome
+            log.exception("reporting the end of %s failed", what)
+
+    def _late_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # reported through on_late_end already
 
     def background(self, coro: Awaitable[Any]) -> None:
         """Run `coro` as a task owned here; an exception it ends with is logged."""

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import signal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ch_launcher.kubevirt.domain import DomainView, GracePeriod, GuestPanicInfo, LifeCycle, Reason, VcpuSlot
 from ch_launcher.lifecycle import VmState
 
 if TYPE_CHECKING:
     from ch_launcher.convert import Plan
+    from ch_launcher.kubevirt.domain_view import MigrationView
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
 
 
 def domain_view(vmi: VirtualMachineInstance, plan: Plan, status: LifeCycle, reason: Reason, *, grace: GracePeriod,
-                panic_count: int, current_memory: int | None = None, migration: Any = None,
+                panic_count: int, current_memory: int | None = None, migration: MigrationView | None = None,
                 panic_info: GuestPanicInfo | None = None) -> DomainView:
     """The Domain of the VM `plan` describes, made from `vmi`, in `status`/`reason`.
     `Memory` is the boot memory plus what virtio-mem was asked for; `CurrentMemory` is

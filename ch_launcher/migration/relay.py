@@ -177,7 +177,7 @@ class Relay:
             outcome, detail = "completed", "the receiver acknowledged Complete"
         except _Ended as e:
             outcome, detail = e.outcome, e.detail
-        except Exception as e:  # noqa: BLE001 - a bug must end the relay, not leave it hanging
+        except Exception as e:  # a bug must end the relay, not leave it hanging
             log.exception("migration relay %s failed", self.name)
             outcome, detail = "error", f"relay failure: {e!r}"
         with self._lock:
@@ -292,11 +292,12 @@ class Relay:
         self._count(len(data) if s is self._a else 0, memory=0)
         return bytes(data)
 
-    def _write(self, s: socket.socket, data: bytes, to_sender: bool = False) -> None:
+    def _write(self, s: socket.socket, data: bytes | memoryview, to_sender: bool = False) -> None:
         try:
             s.sendall(data)
         except OSError as e:
-            raise _Ended("sender-closed" if to_sender else "receiver-closed", f"write failed: {e.strerror or e}") from None
+            who = "sender-closed" if to_sender else "receiver-closed"
+            raise _Ended(who, f"write failed: {e.strerror or e}") from None
 
     def _bulk(self, a: socket.socket, b: socket.socket, total: int, pipe_r: int, pipe_w: int, *, memory: bool) -> None:
         """Forward `total` bytes from `a` to `b` through the pipe, at most `bandwidth` bytes/s."""

@@ -14,8 +14,16 @@ import time
 from collections.abc import Iterable
 
 from ch_launcher.convert.plan import (
-    BuildCloudInitIso, BuildIso, CreateOverlay, CreateSparseImage, ExpandImage, Plan, RequireFile, RequireVfioDevice,
-    Step, WaitForSocket,
+    BuildCloudInitIso,
+    BuildIso,
+    CreateOverlay,
+    CreateSparseImage,
+    ExpandImage,
+    Plan,
+    RequireFile,
+    RequireVfioDevice,
+    Step,
+    WaitForSocket,
 )
 from ch_launcher.prepare.errors import PreparationError
 from ch_launcher.prepare.files import require_file, wait_for_socket

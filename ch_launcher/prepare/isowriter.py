@@ -6,11 +6,12 @@ with cloud-init or config volumes and that exits once the image is written: VMIs
 volumes never pay for it, the others pay for it only while their ISOs are built.
 
 It imports nothing of the launcher (it runs by path, so that the package ch_launcher.prepare and
-the translator behind it are not imported). Protocol: the request on stdin is JSON `{"path", "label", "files": [[relative path, base64
-content], ...]}`; the child writes the image (`write_image`, atomically) and prints `written` on
-stdout, or prints `error: <message>` and exits 1. The parent judges by what was printed, not only
-by the exit status, because a launcher running as PID 1 reaps zombies and may collect that
-status first (ch_launcher/cli.py `reap_orphans`).
+the translator behind it are not imported). Protocol: the request on stdin is JSON
+`{"path", "label", "files": [[relative path, base64 content], ...]}`; the child writes the
+image (`write_image`, atomically) and prints `written` on stdout, or prints `error: <message>`
+and exits 1. The parent judges by what was printed, not only by the exit status, because a
+launcher running as PID 1 reaps zombies and may collect that status first (ch_launcher/cli.py
+`reap_orphans`).
 """
 
 from __future__ import annotations

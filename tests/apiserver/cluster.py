@@ -24,7 +24,9 @@ What `start_all()` sets up, in order, the way a cluster operator would have it:
    the last-applied annotation), the namespace `kubevirt` and a KubeVirt CR `kubevirt/kubevirt`
    whose status says what virt-operator would (`observedKubeVirtVersion`, `defaultArchitecture`,
    the deployment config virt-controller's `--launcher-image` comes from: `launcher_image()`);
-   its `spec.workloadUpdateStrategy.workloadUpdateMethods` is a parameter.
+   its `spec.workloadUpdateStrategy.workloadUpdateMethods` is a parameter; its configuration
+   permits host devices as an operator who passes them through would (`PERMITTED_HOST_DEVICES`,
+   with the `HostDevices` feature gate virt-api wants for them).
 3. `../shared/k8s/virt-api.sh`: KubeVirt's own defaulting and validating webhooks, as a local
    process behind its Service.
 4. `kubectl apply -k addon_manifests/`, exactly as the README says (its output is kept in
@@ -76,6 +78,14 @@ KUBEVIRT_REGISTRY = "quay.io/kubevirt"
 SORT_NOTICE = re.compile(r"^I\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ log\.go:\d+\] Warning: Sorting order is set both in "
                          r"'kustomization\.yaml' \('sortOptions'\) and in a CLI flag \('--reorder'\)\. Using the "
                          r"kustomization file over the CLI flag\.$")
+# The KubeVirt CR's spec.configuration.permittedHostDevices: KubeVirt's example USB device (its
+# vmi-usb example's kubevirt.io/storage: QEMU's usb-storage, 46f4:0001) and a PCI GPU.
+USB_RESOURCE = "kubevirt.io/storage"
+PCI_RESOURCE = "nvidia.com/TU104GL_Tesla_T4"
+PERMITTED_HOST_DEVICES = {
+    "pciHostDevices": [{"pciVendorSelector": "10DE:1EB8", "resourceName": PCI_RESOURCE}],
+    "usb": [{"resourceName": USB_RESOURCE, "selectors": [{"vendor": "46f4", "product": "0001"}]}],
+}
 _serial = itertools.count(1)
 _NETNS = re.compile(r"^kvch-api-(\d+)-\d+$")  # the creating pid is in the name
 _swept = False
@@ -231,8 +241,13 @@ class Cluster:
         self._script("up.sh")
         self.ok("apply", "--server-side", "-f", str(SHARED_K8S / "kubevirt-crds.yaml"))
         self.ok("wait", "--for=condition=Established", "crd", "--all", "--timeout=120s")
+        # virt-api refuses spec.domain.devices.hostDevices unless the HostDevices gate is on
+        # (validateHostDevicesWithPassthroughEnabled, vmi-create-admitter.go@d923fdb815cd)
+        configuration = {"developerConfiguration": {"featureGates": ["HostDevices"]},
+                         "permittedHostDevices": PERMITTED_HOST_DEVICES}
         kubevirt = {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
-                    "metadata": {"name": "kubevirt", "namespace": "kubevirt"}, "spec": {}}
+                    "metadata": {"name": "kubevirt", "namespace": "kubevirt"},
+                    "spec": {"configuration": configuration}}
         if workload_update_methods:
             kubevirt["spec"]["workloadUpdateStrategy"] = {"workloadUpdateMethods": list(workload_update_methods)}
         self.ok("create", "namespace", "kubevirt")

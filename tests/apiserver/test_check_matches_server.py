@@ -3,7 +3,9 @@ API server the webhook judges a VMI after KubeVirt's own defaulting webhook (vir
 into it; `check` applies what of that matters to the verdict (admission/kubevirt_defaults.py: a
 disk without a bus, or a volume without a disk, is `sata` to the webhook and warned about). Here
 both judge the same objects and must say the same thing: the same refusal causes and the same
-warnings as kubectl prints. Every case is valid for KubeVirt (its own refusals come first)."""
+warnings as kubectl prints. Every case is valid for KubeVirt (its own refusals come first).
+`check` is given the cluster's KubeVirt CR as `kubectl get` prints it (`--kubevirt-cr`), which
+says which host devices are USB, as the server's own read of it does."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.apiserver.cluster import PCI_RESOURCE, USB_RESOURCE
 from tests.apiserver.test_admission import vmi, vm
 
 CHECK = pathlib.Path(sys.executable).parent / "ch-admission"
@@ -52,6 +55,10 @@ CASES = {
     "sound": devices(sound={"name": "audio"}),
     "watchdog": None,
     "vm with display": vm("x", graphics=True),
+    "usb host device": devices(hostDevices=[{"name": "stick", "deviceName": USB_RESOURCE}]),
+    "pci host device": devices(hostDevices=[{"name": "t4", "deviceName": PCI_RESOURCE}]),
+    "unlisted host device": devices(hostDevices=[{"name": "qat", "deviceName": "intel.com/qat"}]),
+    "vm with a usb host device": None,
 }
 
 
@@ -103,6 +110,13 @@ def _machine() -> dict[str, Any]:
     return obj
 
 
+def _vm_usb() -> dict[str, Any]:
+    obj = vm("x")
+    obj["spec"]["template"]["spec"]["domain"]["devices"]["hostDevices"] = [{"name": "s", "deviceName": USB_RESOURCE}]
+    return obj
+
+
+CASES["vm with a usb host device"] = _vm_usb()
 CASES["lun"] = _lun()
 CASES["volume without disk"] = _volume_without_disk()
 CASES["no interfaces no networks"] = _no_interfaces(False)
@@ -113,9 +127,11 @@ CASES["watchdog"] = _watchdog()
 
 def check_says(cluster, obj: dict[str, Any], tmp: pathlib.Path) -> list[str]:
     """`ch-admission check`'s causes and warnings, as kubectl would print them."""
-    path = tmp / "obj.yaml"
+    path, cr = tmp / "obj.yaml", tmp / "kubevirt.yaml"
     path.write_text(cluster.yaml(obj))
-    proc = subprocess.run([str(CHECK), "check", str(path)], capture_output=True, text=True, timeout=60)
+    cr.write_text(cluster.ok("get", "kubevirt", "kubevirt", "-n", "kubevirt", "-o", "yaml"))
+    proc = subprocess.run([str(CHECK), "check", "--kubevirt-cr", str(cr), str(path)], capture_output=True, text=True,
+                          timeout=60)
     said = []
     for line in proc.stdout.splitlines():
         m = re.fullmatch(r"  warning: (.*)", line)

@@ -71,9 +71,11 @@ class FakeKubeAPI:
 
     def add_kubevirt(self, version: str | None, namespace: str = "kubevirt", name: str = "kubevirt",
                      bindings: dict[str, str] | None = None, update_methods: list[str] | None = None,
-                     deployment_config: dict[str, Any] | None = None) -> None:
+                     deployment_config: dict[str, Any] | None = None,
+                     permitted_host_devices: dict[str, Any] | None = None) -> None:
         """`deployment_config`: virt-operator's KubeVirtDeploymentConfig, as the JSON string it
-        keeps in status.targetDeploymentConfig and observedDeploymentConfig."""
+        keeps in status.targetDeploymentConfig and observedDeploymentConfig;
+        `permitted_host_devices`: spec.configuration.permittedHostDevices. Replaces any earlier one."""
         obj: dict[str, Any] = {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
                                "metadata": {"name": name, "namespace": namespace}, "spec": {}, "status": {}}
         if update_methods:
@@ -83,10 +85,15 @@ class FakeKubeAPI:
         if deployment_config is not None:
             text = json.dumps(deployment_config)
             obj["status"]["targetDeploymentConfig"] = obj["status"]["observedDeploymentConfig"] = text
+        configuration: dict[str, Any] = {}
         if bindings:
-            obj["spec"]["configuration"] = {"network": {"binding": {
+            configuration["network"] = {"binding": {
                 k: {"sidecarImage": "x", "computeResourceOverhead": {"requests": {"memory": v}}}
-                for k, v in bindings.items()}}}
+                for k, v in bindings.items()}}
+        if permitted_host_devices is not None:
+            configuration["permittedHostDevices"] = permitted_host_devices
+        if configuration:
+            obj["spec"]["configuration"] = configuration
         self.put(f"/apis/kubevirt.io/v1/namespaces/{namespace}/kubevirts/{name}", obj)
 
     def add_webhook_configuration(self, kind: str, name: str, webhooks: list[str]) -> None:

@@ -176,3 +176,9 @@ def test_domain_status_uses_kubevirts_strings_and_never_unknown(state, user_paus
     assert status == expected
     if status is not None:
         assert status[0].value != "Unknown"
+
+
+def test_a_vm_is_alive_exactly_where_a_kill_has_a_vmm_to_stop():
+    from ch_launcher.lifecycle import ALIVE
+
+    assert set(ALIVE) == {s for s in VmState if Step.STOP_VMM in decide(Intent.KILL, s).steps}

@@ -148,3 +148,18 @@ def test_a_real_process_writes_json_lines_to_stderr() -> None:
     assert out.stdout == ""
     line = json.loads(out.stderr.strip())
     assert (line["msg"], line["component"], line["uid"]) == ("hello", "ch-launcher", "u")
+
+
+def test_each_module_of_the_domain_manager_logs_under_its_own_name() -> None:
+    # A log line's logger is what a reader filters on (and what caplog selects): the module that wrote it.
+    import importlib
+    import pkgutil
+
+    import ch_launcher.manager
+
+    wrong = {}
+    for info in pkgutil.walk_packages(ch_launcher.manager.__path__, "ch_launcher.manager."):
+        logger = getattr(importlib.import_module(info.name), "log", None)
+        if isinstance(logger, logging.Logger) and logger.name != info.name:
+            wrong[info.name] = logger.name
+    assert wrong == {}

@@ -67,11 +67,45 @@ def test_a_boot_longer_than_the_budget_answers_and_its_failure_comes_with_the_ne
             assert done == "still starting the VM in the background"
             with pytest.raises(CommandFailed, match="busy with SyncVMI"):
                 await manager.execute(Intent.PAUSE, vmi, budget=0.2)
-            assert await manager.wait_until(lambda: manager._start_error is not None, 10)
+            # The next Sync waits for the boot; its failure, kept before the lock is released, is the answer.
             with pytest.raises(CommandFailed, match="booting the VM failed"):
                 await manager.execute(Intent.SYNC, vmi, budget=5)
             assert manager.domain_json == "" and sink.domains == []
             assert [e["reason"] for e in sink.k8s] == ["BootFailed"]
+        finally:
+            await manager.close()
+
+    asyncio.run(story())
+
+
+def _requests(layout, endpoint):
+    log = layout.root / "requests.jsonl"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [json.loads(line) for line in lines if json.loads(line)["path"].endswith("/" + endpoint)]
+
+
+def test_a_sync_whose_caller_hung_up_keeps_its_failure_for_the_next_sync(layout):
+    # virt-handler hanging up mid-call cancels the RPC's handler: the boot goes on, and its
+    # failure comes with the next Sync, as for a boot that outlived its budget (not a second boot).
+    raw = make_vmi()
+    manager, sink = _manager(layout, raw, boot_timeout=1.5, stop_timeout=0.5, vmm_env={
+        "FAKE_CH_HANG_ENDPOINT": "vm.boot", "FAKE_CH_REQUEST_LOG": str(layout.root / "requests.jsonl")})
+    vmi = parse_vmi(raw)
+
+    async def story():
+        await manager.start()
+        try:
+            rpc = asyncio.ensure_future(manager.execute(Intent.SYNC, vmi, budget=15))
+            async with asyncio.timeout(10):
+                while not _requests(layout, "vm.boot"):  # the simulated VMM's own record
+                    await asyncio.sleep(0.02)
+            rpc.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await rpc
+            with pytest.raises(CommandFailed, match="booting the VM failed"):
+                await manager.execute(Intent.SYNC, vmi, budget=10)
+            assert len(_requests(layout, "vm.boot")) == 1
+            assert [e["reason"] for e in sink.k8s] == ["BootFailed"] and manager.domain_json == ""
         finally:
             await manager.close()
 
@@ -193,7 +227,7 @@ def test_releasing_memory_never_fails(tmp_path):
 def test_memory_is_released_only_once_virt_handler_has_heard_of_the_boot(layout, monkeypatch):
     # release_memory() holds the event loop for ~100 ms and pages out what sending needs: right
     # after the boot it delayed the first Domain event (and the Sync's answer) by as much.
-    import ch_launcher.manager.steps as steps  # where the boot step calls it
+    import ch_launcher.manager.boot as steps  # where the boot step calls it
 
     happened: list[str] = []
     monkeypatch.setattr(steps, "release_memory", lambda: happened.append("memory released"))
@@ -230,6 +264,14 @@ def test_a_vmm_that_does_not_answer_vm_create_is_replaced_by_the_next_sync(layou
     vmi = parse_vmi(raw)
 
     async def story():
+        pids: list[int] = []
+
+        def note_vmm() -> bool:  # every VMM that answered, as the manager announces each
+            if manager.vmm_pid is not None and manager.vmm_pid not in pids:
+                pids.append(manager.vmm_pid)
+            return False
+
+        watcher = asyncio.ensure_future(manager.wait_until(note_vmm))
         await manager.start()
         try:
             assert await manager.wait_until(lambda: manager.vmm_pid is not None, 10)
@@ -240,9 +282,10 @@ def test_a_vmm_that_does_not_answer_vm_create_is_replaced_by_the_next_sync(layou
             assert manager.vmm_pid is None and manager.state is VmState.UNDEFINED
             with pytest.raises(CommandFailed, match="did not take the VM configuration"):
                 await manager.execute(Intent.SYNC, vmi, budget=15)  # this VMM hangs too, but it is another
-            assert manager._host.spawned[-1].pid != first and len(manager._host.spawned) == 2
+            assert pids[0] == first and len(pids) == 2
             assert sink.domains == []
         finally:
+            watcher.cancel()
             await manager.close()
 
     asyncio.run(story())

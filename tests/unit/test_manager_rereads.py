@@ -166,7 +166,7 @@ def test_events_that_arrive_after_the_answers_do_not_take_the_state_back(layout,
         assert _statuses(sink) == [("Running", "Unknown"), ("Paused", "User"), ("Running", "Unknown")]
         assert manager.state is VmState.RUNNING
 
-    caplog.set_level("INFO", logger="ch_launcher.manager.core")
+    caplog.set_level("INFO", logger="ch_launcher.manager.supervision")
     _run(manager, story)
 
 
@@ -187,5 +187,5 @@ def test_the_late_event_of_a_start_paused_boots_pause_does_not_pause_the_vm_agai
         assert _statuses(sink) == [("Paused", "User"), ("Running", "Unknown")]
         assert manager.state is VmState.RUNNING
 
-    caplog.set_level("INFO", logger="ch_launcher.manager.core")
+    caplog.set_level("INFO", logger="ch_launcher.manager.supervision")
     _run(manager, story)

@@ -35,6 +35,12 @@ def with_domain(obj: dict[str, Any], **domain: Any) -> dict[str, Any]:
     return out
 
 
+def with_devices(obj: dict[str, Any], **devices: Any) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["spec"]["domain"]["devices"].update(devices)
+    return out
+
+
 def undecodable_disks(vmi_obj: dict[str, Any], n: int) -> dict[str, Any]:
     """`n` disks whose name is a number: n certain problems, one per disk, whatever the translator covers."""
     out = copy.deepcopy(vmi_obj)

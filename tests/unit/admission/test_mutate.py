@@ -254,6 +254,21 @@ def test_a_vmi_the_translator_refuses_fails_closed_with_causes():
     assert response["status"]["message"].startswith("VirtualMachineInstance default/testvmi: ")
 
 
+def test_the_pod_of_a_vmi_with_a_host_device_the_kubevirt_cr_permits_as_usb_is_refused():
+    """A VMI admitted before the resource was permitted as USB: its pod is refused with the same
+    cause, not started to fail at launch."""
+    vmi = b.with_devices(the_vmi(), hostDevices=[{"name": "stick", "deviceName": "kubevirt.io/storage"}])
+    cr = {"spec": {"configuration": {"permittedHostDevices": {"usb": [{"resourceName": "kubevirt.io/storage"}]}}},
+          "status": {"observedKubeVirtVersion": "v1.9.0"}}
+    response, verdict, _ = run(b.launcher_pod(vmi), vmi, kubevirt=KubeVirtStatus.from_cr(cr))
+    assert verdict == "denied"
+    (cause,) = response["status"]["details"]["causes"]
+    assert cause["field"] == "spec.domain.devices.hostDevices[0].deviceName"
+    assert cause["message"].startswith("VirtualMachineInstance default/testvmi: spec.domain.devices.hostDevices[0]"
+                                       ".deviceName 'kubevirt.io/storage' is not supported: it is a USB device")
+    assert run(b.launcher_pod(vmi), vmi, kubevirt=KubeVirtStatus(version="v1.9.0"))[1] == "mutated"
+
+
 def test_an_unsupported_kubevirt_version_refuses_the_pod():
     vmi = the_vmi()
     response, _, _ = run(b.launcher_pod(vmi), vmi, kubevirt=KubeVirtStatus(version="v1.12.0"))

@@ -5,7 +5,10 @@ from __future__ import annotations
 import copy
 import io
 import json
+import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -202,3 +205,95 @@ def test_the_vfio_and_dedicated_cpu_examples_are_admitted_with_the_warnings_they
     assert [line.removeprefix("  warning: ") for line in lines[1:-1]] == [*ADMITTED_SINCE_THE_PROCESS_MODEL[name],
                                                                          NO_DISPLAY]
     assert lines[-1] == "1 checked, 0 denied"
+
+
+def test_check_closes_each_file_it_reads(tmp_path):
+    import gc
+    import warnings
+
+    path = tmp_path / "vmi.yaml"
+    path.write_text(yaml.safe_dump(b.vmi(annotations=b.CH)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, _ = run(["check", str(path)])
+        gc.collect()
+    assert code == 0
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], "a file was left open"
+
+
+# --- check --kubevirt-cr: which host devices are USB, as the cluster says ---------------------
+
+# What `kubectl get kubevirt -n kubevirt kubevirt -o yaml` prints of a cluster that permits
+# KubeVirt's example USB device (vmi-usb's kubevirt.io/storage, QEMU's usb-storage 46f4:0001) and
+# a GPU; its status names a KubeVirt release the add-on does not support: offline, nothing is gated.
+KUBEVIRT_CR = {
+    "apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+    "metadata": {"name": "kubevirt", "namespace": "kubevirt", "resourceVersion": "4242"},
+    "spec": {"configuration": {
+        "developerConfiguration": {"featureGates": ["HostDevices"]},
+        "permittedHostDevices": {
+            "pciHostDevices": [{"pciVendorSelector": "10DE:1EB8", "resourceName": "nvidia.com/TU104GL_Tesla_T4"}],
+            "usb": [{"resourceName": "kubevirt.io/storage", "selectors": [{"vendor": "46f4", "product": "0001"}]}]}}},
+    "status": {"observedKubeVirtVersion": "v1.7.0", "phase": "Deployed"},
+}
+USB_CAUSE = ("  spec.domain.devices.hostDevices[0].deviceName: FieldValueNotSupported: spec.domain.devices.hostDevices[0]"
+             ".deviceName 'kubevirt.io/storage' is not supported: it is a USB device (permittedHostDevices.usb of the "
+             "KubeVirt CR) and Cloud Hypervisor has no USB controller")
+
+
+@pytest.mark.parametrize("as_list", [False, True], ids=["kubectl get kubevirt NAME", "kubectl get kubevirt -A"])
+def test_check_with_the_kubevirt_cr_refuses_the_usb_example_as_the_webhook_does(tmp_path, as_list):
+    vmi_usb = require_shared(KUBEVIRT_EXAMPLES / "vmi-usb.yaml")
+    cr = tmp_path / "kubevirt.yaml"
+    cr.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [KUBEVIRT_CR]} if as_list
+                                 else KUBEVIRT_CR))
+    code, out = run(["check", "--all", "--kubevirt-cr", str(cr), str(vmi_usb)])
+    assert code == 1
+    assert out.splitlines() == [f"{vmi_usb}#0: VirtualMachineInstance vmi-usb: DENIED", USB_CAUSE,
+                                f"  warning: {NO_DISPLAY}", "1 checked, 1 denied"]
+
+
+def test_check_with_the_kubevirt_cr_passes_a_gpu_it_permits_as_pci_without_a_word(tmp_path):
+    vmi = b.vmi(annotations=b.CH)
+    vmi["spec"]["domain"]["devices"].update(autoattachGraphicsDevice=False, hostDevices=[
+        {"name": "t4", "deviceName": "nvidia.com/TU104GL_Tesla_T4"}])
+    path, cr = tmp_path / "vmi.yaml", tmp_path / "kubevirt.yaml"
+    path.write_text(yaml.safe_dump(vmi))
+    cr.write_text(yaml.safe_dump(KUBEVIRT_CR))
+    assert run(["check", "--kubevirt-cr", str(cr), str(path)]) == (
+        0, f"{path}#0: VirtualMachineInstance testvmi: allowed\n1 checked, 0 denied\n")
+    code, out = run(["check", str(path)])  # without it: the warning
+    assert code == 0 and "  warning: spec.domain.devices.hostDevices[0]: nvidia.com/TU104GL_Tesla_T4 must be a " \
+                         "PCI or mediated device: a USB one fails the start (Cloud Hypervisor has no USB)" in out
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n", "none"),
+    (yaml.safe_dump_all([KUBEVIRT_CR, KUBEVIRT_CR]), "{path}#0, {path}#1"),
+])
+def test_a_kubevirt_cr_file_without_exactly_one_kubevirt_is_exit_2_before_anything_is_printed(tmp_path, capsys,
+                                                                                                text, found):
+    cr, path = tmp_path / "kubevirt.yaml", tmp_path / "vmi.yaml"
+    cr.write_text(text)
+    path.write_text(yaml.safe_dump(b.vmi(annotations=b.CH)))
+    assert main(["check", "--kubevirt-cr", str(cr), str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"error: {cr}: --kubevirt-cr takes a file with the cluster's one KubeVirt object, "
+                            f"found {found.format(path=cr)}\n")
+
+
+def test_the_installed_ch_admission_command_takes_the_kubevirt_cr(tmp_path):
+    """The console script as users run it: `kubectl get kubevirt ... -o yaml > kubevirt.yaml`, then check."""
+    vmi = b.vmi(annotations=b.CH)
+    vmi["spec"]["domain"]["devices"]["hostDevices"] = [{"name": "stick", "deviceName": "kubevirt.io/storage"}]
+    path, cr = tmp_path / "vmi.yaml", tmp_path / "kubevirt.yaml"
+    path.write_text(yaml.safe_dump(vmi))
+    cr.write_text(yaml.safe_dump(KUBEVIRT_CR))
+    command = pathlib.Path(sys.executable).parent / "ch-admission"
+    proc = subprocess.run([str(command), "check", "--kubevirt-cr", str(cr), str(path)], capture_output=True,
+                          text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (1, "")
+    assert proc.stdout.splitlines()[:2] == [f"{path}#0: VirtualMachineInstance testvmi: DENIED", USB_CAUSE]
+    proc = subprocess.run([str(command), "check", "--help"], capture_output=True, text=True, timeout=60)
+    assert "--kubevirt-cr FILE" in proc.stdout

@@ -9,8 +9,9 @@ import pytest
 from admission.cluster import KubeVirtStatus
 from admission.config import load_config
 from admission.review import parse_review
-from admission.rules import validate, wants_kubevirt_status
+from admission.rules import HOST_DEVICES_MAX_AGE, validate, wants_kubevirt_status
 from admission.selection import ANNOTATION
+from ch_launcher.convert import PermittedHostDevices
 from tests.unit.admission import builders as b
 from tests.unit.admission.builders import CH
 
@@ -289,8 +290,112 @@ def test_the_version_gate_never_touches_unselected_objects_or_updates():
     assert decide(b.review(b.vmi()), KubeVirtStatus(version="v9.0.0"))[0]["allowed"] is True
     old = b.vmi(annotations=CH)
     new = b.vmi(annotations=CH, terminationGracePeriodSeconds=5)
-    assert not wants_kubevirt_status(parse_review(b.review(new, "UPDATE", old)))
+    assert wants_kubevirt_status(parse_review(b.review(new, "UPDATE", old)))  # for its host devices
     assert decide(b.review(new, "UPDATE", old), KubeVirtStatus(version="v9.0.0"))[0]["allowed"] is True
+
+
+def test_the_kubevirt_status_is_not_read_for_updates_that_are_not_judged():
+    old = b.vmi(annotations=CH)
+    relabelled = copy.deepcopy(old)
+    relabelled["metadata"]["labels"] = {"a": "b"}
+    assert wants_kubevirt_status(parse_review(b.review(relabelled, "UPDATE", old))) is None
+    deleting = copy.deepcopy(old)
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    deleting["spec"]["terminationGracePeriodSeconds"] = 5
+    assert wants_kubevirt_status(parse_review(b.review(deleting, "UPDATE", old))) is None
+    assert wants_kubevirt_status(parse_review(b.review(old, "DELETE"))) is None
+
+
+# --- host devices the KubeVirt CR permits as USB ------------------------------------------------
+
+USB = "kubevirt.io/storage"
+PCI = "nvidia.com/TU104GL_Tesla_T4"
+USB_CR = {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "kubevirt", "namespace": "kubevirt"},
+          "spec": {"configuration": {"permittedHostDevices": {
+              "pciHostDevices": [{"pciVendorSelector": "10DE:1EB8", "resourceName": PCI}],
+              "usb": [{"resourceName": USB, "selectors": [{"vendor": "46f4", "product": "0001"}]},
+                      {"resourceName": "example.org/external-usb", "externalResourceProvider": True}]}}},
+          "status": {"observedKubeVirtVersion": "v1.9.0"}}
+USB_MESSAGE = ("spec.domain.devices.hostDevices[1].deviceName 'kubevirt.io/storage' is not supported: it is a USB "
+               "device (permittedHostDevices.usb of the KubeVirt CR) and Cloud Hypervisor has no USB controller")
+
+
+def with_host_devices(*resources: str) -> dict:
+    return b.with_devices(b.vmi(annotations=CH), autoattachGraphicsDevice=False,
+                          hostDevices=[{"name": f"h{i}", "deviceName": r} for i, r in enumerate(resources)])
+
+
+@pytest.mark.parametrize(("wrap", "prefix"), [
+    (lambda o: o, ""),
+    (b.vm, "spec.template."),
+    (b.replicaset, "spec.template."),
+    (b.pool, "spec.virtualMachineTemplate.spec.template."),
+])
+def test_a_host_device_the_kubevirt_cr_permits_as_usb_is_refused_at_its_device_name(wrap, prefix):
+    body = b.review(wrap(with_host_devices(PCI, USB)))
+    assert wants_kubevirt_status(parse_review(body)).max_age == HOST_DEVICES_MAX_AGE
+    response, verdict = decide(body, KubeVirtStatus.from_cr(USB_CR))
+    assert verdict == "denied"
+    assert causes(response) == [{"type": "FieldValueNotSupported", "message": prefix + USB_MESSAGE,
+                                 "field": f"{prefix}spec.domain.devices.hostDevices[1].deviceName"}]
+    assert response["status"]["message"] == prefix + USB_MESSAGE
+    assert "warnings" not in response  # the PCI one is known to be PCI: nothing to warn about
+
+
+def test_a_usb_resource_of_an_external_device_plugin_is_refused_too():
+    response, _ = decide(b.review(with_host_devices("example.org/external-usb")), KubeVirtStatus.from_cr(USB_CR))
+    assert [c["field"] for c in causes(response)] == ["spec.domain.devices.hostDevices[0].deviceName"]
+
+
+def test_an_update_that_adds_a_usb_host_device_is_refused_and_one_that_keeps_it_too():
+    old = b.vm(b.vmi(annotations=CH))
+    new = b.vm(with_host_devices(USB))
+    kubevirt = KubeVirtStatus.from_cr(USB_CR)
+    response, _ = decide(b.review(new, "UPDATE", old), kubevirt)
+    assert [c["field"] for c in causes(response)] == ["spec.template.spec.domain.devices.hostDevices[0].deviceName"]
+    changed = copy.deepcopy(new)
+    changed["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 5
+    assert decide(b.review(changed, "UPDATE", new), kubevirt)[0]["allowed"] is False
+    relabelled = copy.deepcopy(new)
+    relabelled["metadata"]["labels"] = {"a": "b"}
+    assert decide(b.review(relabelled, "UPDATE", new), kubevirt)[0]["allowed"] is True  # not judged again
+
+
+def test_without_the_kubevirt_cr_a_host_device_is_admitted_with_the_warning():
+    response, verdict = decide(b.review(with_host_devices(USB)))
+    assert (response["allowed"], verdict) == (True, "warned")
+    assert response["warnings"] == ["spec.domain.devices.hostDevices[0]: kubevirt.io/storage must be a PCI or "
+                                    "mediated device: a USB one fails the start (Cloud Hypervisor has no USB)"]
+
+
+def test_an_unreadable_kubevirt_cr_knows_no_usb_device_and_its_gate_refuses_on_create_only():
+    unreadable = KubeVirtStatus(error="connection refused")
+    response, _ = decide(b.review(with_host_devices(USB)), unreadable)
+    assert [c["field"] for c in causes(response)] == ["metadata.annotations[kubevirt-ch.io/hypervisor]"]
+    old = b.vmi(annotations=CH)
+    response, verdict = decide(b.review(with_host_devices(USB), "UPDATE", old), unreadable)
+    assert (response["allowed"], verdict) == (True, "warned")
+
+
+def test_the_permitted_host_devices_are_read_from_the_kubevirt_cr_whatever_it_holds():
+    devices = KubeVirtStatus.from_cr(USB_CR).host_devices
+    assert devices == PermittedHostDevices(pci=frozenset({PCI}), usb=frozenset({USB, "example.org/external-usb"}))
+    odd = {"spec": {"configuration": {"permittedHostDevices": {
+        "usb": [{"resourceName": 3}, "kubevirt.io/storage", {"selectors": []}, {"resourceName": ""},
+                {"resourceName": USB}],
+        "mediatedDevices": {"resourceName": "not-a-list"}}}}}
+    assert KubeVirtStatus.from_cr(odd).host_devices == PermittedHostDevices(usb=frozenset({USB}))
+    assert KubeVirtStatus.from_cr({"spec": {"configuration": {"permittedHostDevices": None}}}).host_devices == \
+        PermittedHostDevices()
+    assert KubeVirtStatus(error="not found").host_devices == PermittedHostDevices()
+
+
+def test_offline_without_the_version_gate_the_crs_usb_devices_still_count():
+    hand_written = {"spec": USB_CR["spec"]}  # no status: no version
+    outcome = validate(parse_review(b.review(with_host_devices(USB))), CONFIG, KubeVirtStatus.from_cr(hand_written),
+                       version_gate=False)
+    assert [c["field"] for c in causes(outcome.review["response"])] == [
+        "spec.domain.devices.hostDevices[0].deviceName"]
 
 
 # --- KubeVirt's workload updater -----------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from ch_launcher.convert.context import PermittedHostDevices
 from ch_launcher.convert.devices import configure_devices
 from ch_launcher.convert.plan import WaitForSocket
 from tests.unit.convert.netbuild import UID, fields, pod, translation, vmi
@@ -142,6 +143,43 @@ def test_at_admission_a_host_device_is_warned_it_must_not_be_usb():
     t = run({"hostDevices": [{"name": "usb", "deviceName": "kubevirt.io/storage"}]})
     assert fields(t.warnings) == [f"{D}.hostDevices[0]"] and not t.problems
     assert "kubevirt.io/storage must be a PCI or mediated device" in t.warnings[0].message
+
+
+USB_CR = PermittedHostDevices(pci=frozenset({"intel.com/qat"}), mediated=frozenset({"nvidia.com/GRID_T4-1Q"}),
+                              usb=frozenset({"kubevirt.io/storage"}))
+
+
+def test_at_admission_a_resource_the_kubevirt_cr_permits_as_usb_is_refused_at_its_device_name():
+    t = run({"hostDevices": [{"name": "q", "deviceName": "intel.com/qat"},
+                             {"name": "stick", "deviceName": "kubevirt.io/storage"}],
+             "gpus": [{"name": "g", "deviceName": "kubevirt.io/storage"}]}, permitted_host_devices=USB_CR)
+    assert fields(t.problems) == [f"{D}.gpus[0].deviceName", f"{D}.hostDevices[1].deviceName"]
+    assert t.problems[1].message == (
+        f"{D}.hostDevices[1].deviceName 'kubevirt.io/storage' is not supported: it is a USB device "
+        "(permittedHostDevices.usb of the KubeVirt CR) and Cloud Hypervisor has no USB controller")
+    assert t.problems[1].reason == "FieldValueNotSupported"
+    assert t.warnings == []  # intel.com/qat is PCI: nothing to warn about
+
+
+@pytest.mark.parametrize("resource", ["nvidia.com/GRID_T4-1Q", "intel.com/qat"])
+def test_at_admission_a_resource_the_kubevirt_cr_permits_as_pci_or_mediated_passes_without_a_word(resource):
+    t = run({"hostDevices": [{"name": "h", "deviceName": resource}]}, permitted_host_devices=USB_CR)
+    assert t.problems == [] and t.warnings == []
+
+
+def test_at_admission_a_resource_the_kubevirt_cr_does_not_list_or_lists_twice_is_warned_about():
+    both = PermittedHostDevices(pci=frozenset({"example.org/both"}), usb=frozenset({"example.org/both"}))
+    for permitted, resource in ((USB_CR, "example.org/unlisted"), (both, "example.org/both")):
+        t = run({"hostDevices": [{"name": "h", "deviceName": resource}]}, permitted_host_devices=permitted)
+        assert t.problems == [] and fields(t.warnings) == [f"{D}.hostDevices[0]"]
+        assert f"{resource} must be a PCI or mediated device" in t.warnings[0].message
+
+
+def test_in_the_pod_the_device_plugins_variable_decides_not_the_kubevirt_cr():
+    env = {"PCI_RESOURCE_KUBEVIRT_IO_STORAGE": "0000:01:00.1"}
+    t = run({"hostDevices": [{"name": "h", "deviceName": "kubevirt.io/storage"}]}, pod(environ=env),
+            permitted_host_devices=USB_CR)
+    assert t.problems == [] and [d.path for d in t.config.devices] == ["/sys/bus/pci/devices/0000:01:00.1/"]
 
 
 def test_devices_from_dra_claims_are_refused():

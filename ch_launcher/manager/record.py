@@ -1,0 +1,282 @@
+"""The domain record: the VM as virt-handler sees it, and the one writer of what it sees.
+
+virt-handler knows the VM as one Domain (what GetDomain answers) and the events that carried
+each change of it (Notify). Both come from here. The record holds the facts the Domain is drawn
+from: the VM's state and why it is down, the intents that colour it (the user's pause, an armed
+soft reboot), the grace-period, panic and migration metadata, and the VMI and plan it describes.
+Every change that can show goes through `set_state` or `publish`, which rebuild the Domain JSON
+once and queue it in the outbox: ADDED for a freshly booted domain, MODIFIED afterwards, and a
+final MODIFIED with `ObjectMeta.deletionTimestamp` when the VM is forgotten (contract §2.5,
+§10.4). `wait_until` waits, without polling, for a change that makes a predicate hold.
+
+Who writes what: the state, through `set_state`, whoever observes it change (the commands, the
+boot, the supervision of the VMM, a migration); `user_paused` and `soft_reboot`, the commands
+and what they started; `migration` and `migration_paused`, the migration source or target;
+`current_memory`, the reconfiguration. None of them sends anything itself.
+
+Failure behaviour: nothing here raises on a change; a sink that fails is logged, and the events
+after it still go (`Outbox`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ch_launcher import lifecycle
+from ch_launcher.kubevirt.domain import (
+    GracePeriod,
+    GuestPanicInfo,
+    LifeCycle,
+    Reason,
+    deleted_domain_view,
+    domain_json,
+    now_rfc3339,
+)
+from ch_launcher.lifecycle import VmState
+from ch_launcher.manager.view import domain_view
+
+if TYPE_CHECKING:
+    from ch_launcher.convert import Plan
+    from ch_launcher.kubevirt.migration import MigrationMetadata
+    from ch_launcher.kubevirt.vmi import VirtualMachineInstance
+    from ch_launcher.manager.settings import EventSink
+
+log = logging.getLogger(__name__)
+
+
+class DomainRecord:
+    """The facts behind the Domain, the Domain JSON, and the events that tell virt-handler."""
+
+    def __init__(self, sink: EventSink | None) -> None:
+        self._state = VmState.UNDEFINED
+        self._down: Reason | None = None
+        self.user_paused = False            # paused through PauseVirtualMachine: Paused/User, never resumed by a Sync
+        self.soft_reboot = False            # the next guest poweroff boots the VM again
+        self.migration: MigrationMetadata | None = None  # the Domain's Migration metadata
+        self.migration_paused = False       # paused by Cloud Hypervisor for a migration (Paused/Migration)
+        self.current_memory: int | None = None  # memory_actual_size after a memory resize
+        self._grace = GracePeriod()         # replaced, never mutated
+        self._panic_count = 0               # Status.PanicCount, kept for the launcher's life
+        self._panic_info: GuestPanicInfo | None = None
+        self._vmi: VirtualMachineInstance | None = None
+        self._plan: Plan | None = None
+        self._domain_json = ""
+        self._announced = False             # an ADDED was sent for the current domain
+        self._outbox = Outbox(sink)
+        self._changed = asyncio.Event()
+        self.booted_once = asyncio.Event()  # a VM booted (or arrived) at least once: "domain defined"
+        self.forgotten = asyncio.Event()    # the final deletion event has been queued
+
+    # --- what the Domain is drawn from (read) ----------------------------------------------------
+
+    @property
+    def state(self) -> VmState:
+        return self._state
+
+    @property
+    def down(self) -> Reason | None:
+        """Why a DOWN VM is down (None in any other state)."""
+        return self._down
+
+    @property
+    def grace(self) -> GracePeriod:
+        return self._grace
+
+    @property
+    def vmi(self) -> VirtualMachineInstance | None:
+        """The VMI the Domain describes (the last one a Sync or a migration target brought)."""
+        return self._vmi
+
+    @property
+    def plan(self) -> Plan | None:
+        """The plan the VM was made from; changes to the running VM edit it, then `publish`."""
+        return self._plan
+
+    @property
+    def domain_json(self) -> str:
+        """The api.Domain JSON GetDomain answers; "" when there is no domain."""
+        return self._domain_json
+
+    # --- changes ---------------------------------------------------------------------------------
+
+    def set_state(self, state: VmState, *, down: Reason | None = None, force: bool = False,
+                  publish: bool = True) -> None:
+        """The VM is in `state` now (`down`: why, for DOWN). Publishes unless `publish` is False
+        (for a caller that forgets the domain next, so no in-between Domain is ever sent)."""
+        self._state = state
+        self._down = down if state is VmState.DOWN else None
+        if publish:
+            self.publish(force=force)
+
+    def refresh(self, vmi: VirtualMachineInstance) -> None:
+        """A Sync's VMI: the Domain describes it and takes its DeletionGracePeriodSeconds."""
+        self._vmi = vmi
+        self._grace = replace(self._grace, deletion_grace_period_seconds=vmi.grace_period_seconds)
+        self.publish()
+
+    def set_vmi(self, vmi: VirtualMachineInstance) -> None:
+        """The VMI a migration target receives (published with the domain it arrives with)."""
+        self._vmi = vmi
+
+    def set_plan(self, plan: Plan) -> None:
+        self._plan = plan
+
+    def stamp_deletion(self) -> None:
+        """GracePeriod.DeletionTimestamp, the first time only."""
+        if self._grace.deletion_timestamp is None:
+            self._grace = replace(self._grace, deletion_timestamp=now_rfc3339())
+            self.publish()
+
+    def mark_for_graceful_shutdown(self) -> None:
+        """SIGTERM: GracePeriod.MarkedForGracefulShutdown (a MODIFIED event follows)."""
+        self._grace = replace(self._grace, marked_for_graceful_shutdown=True)
+        self.publish()
+
+    def note_panic(self) -> None:
+        """The guest panicked: PanicCount + 1 and GuestPanicInfo (shown by the next publish)."""
+        self._panic_count += 1
+        self._panic_info = GuestPanicInfo()
+
+    def publish(self, *, force: bool = False) -> None:
+        """Rebuild the Domain JSON; send it when it changed (or `force`: a VMM event)."""
+        status = lifecycle.domain_status(self._state, user_paused=self.user_paused, down=self._down)
+        if status == (LifeCycle.PAUSED, Reason.UNKNOWN) and self.migration_paused:
+            status = (LifeCycle.PAUSED, Reason.MIGRATION)
+        vmi, plan = self._vmi, self._plan
+        text = "" if status is None or vmi is None or plan is None else domain_json(
+            domain_view(vmi, plan, *status, grace=self._grace, panic_count=self._panic_count,
+                        current_memory=self.current_memory, migration=self.migration, panic_info=self._panic_info))
+        changed = text != self._domain_json
+        self._domain_json = text
+        if status is not None and text and (changed or force):
+            kind = "MODIFIED" if self._announced else "ADDED"
+            self._announced = True
+            self._outbox.put_domain(text, kind)
+            log.info("domain %s: %s/%s", kind, status[0].value, status[1].value)
+        self.bump()
+
+    def k8s_event(self, type_: str, reason: str, message: str) -> None:
+        """A Kubernetes event about the VMI (none before a VMI is known)."""
+        vmi = self._vmi
+        if vmi is not None:
+            self._outbox.put_k8s_event(type=type_, reason=reason, message=message, namespace=vmi.metadata.namespace,
+                                       name=vmi.metadata.name, uid=vmi.metadata.uid)
+
+    def forget(self) -> None:
+        """The VM is gone: back to no domain (the grace, panic and migration metadata stay), and
+        the final MODIFIED with deletionTimestamp, if there was a VMI to name."""
+        vmi = self._vmi
+        self._state, self._down = VmState.UNDEFINED, None
+        self.user_paused = self.soft_reboot = self.migration_paused = False
+        self._domain_json = ""
+        self._announced = False
+        if vmi is not None:
+            view = deleted_domain_view(vmi.metadata.name, vmi.metadata.namespace, vmi.metadata.uid,
+                                       now_rfc3339(), panic_count=self._panic_count, panic_info=self._panic_info)
+            self._outbox.put_domain(domain_json(view), "MODIFIED")
+        self.forgotten.set()
+        self.bump()
+
+    # --- waiting ---------------------------------------------------------------------------------
+
+    def bump(self) -> None:
+        """Something changed: wake every `wait_until` to look again."""
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
+        """Wait (without polling) until `predicate()` holds after some change; False on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not predicate():
+            event = self._changed
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except TimeoutError:
+                return predicate()
+        return True
+
+    # --- the outbox --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start delivering events."""
+        self._outbox.start()
+
+    async def flush(self, timeout: float) -> bool:
+        """Wait until every queued event went to virt-handler (or `timeout`); True if so."""
+        return await self._outbox.flush(timeout)
+
+    async def close(self) -> None:
+        await self._outbox.close()
+
+
+class Outbox:
+    """The events for virt-handler, in the order they happened, handed to the sink one at a time:
+    `put_*` never waits; one task delivers in order, waiting on an event while empty."""
+
+    def __init__(self, sink: EventSink | None) -> None:
+        self._sink = sink
+        self._items: collections.deque[tuple[str, str, dict[str, str]]] = collections.deque()
+        self._ready = asyncio.Event()
+        self._empty = asyncio.Event()
+        self._empty.set()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._pump(), name="domain-events")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def put_domain(self, domain_json: str, event_type: str) -> None:
+        self._put(("domain", event_type, {"domain_json": domain_json}))
+
+    def put_k8s_event(self, **event: str) -> None:
+        self._put(("k8s", "", event))
+
+    def _put(self, item: tuple[str, str, dict[str, str]]) -> None:
+        self._items.append(item)
+        self._empty.clear()
+        self._ready.set()
+
+    async def _pump(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            while self._items:
+                kind, event_type, payload = self._items.popleft()
+                if self._sink is None:
+                    continue
+                try:
+                    if kind == "domain":
+                        await self._sink.send_domain(payload["domain_json"], event_type)
+                    else:
+                        await self._sink.send_k8s_event(**payload)
+                except Exception:  # a broken sink must not stop the VM's events
+                    log.exception("could not queue a %s event for virt-handler", kind)
+            self._empty.set()
+
+    async def flush(self, timeout: float) -> bool:
+        """Wait until every queued event went to virt-handler (or `timeout`); True if so."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            await asyncio.wait_for(self._empty.wait(), timeout)
+        except TimeoutError:
+            return False
+        if self._sink is None:
+            return True
+        return await self._sink.flush(max(0.0, deadline - loop.time()))

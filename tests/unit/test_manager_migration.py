@@ -1,0 +1,99 @@
+"""Live migration between two domain managers in one process, on the simulated VMM: the source's
+relay dials the socket the target's relay listens on (both pods' share directory is one, as
+virt-handler's proxies join them in a cluster). The stories of whole launcher pods are
+tests/functional/test_migration_stories.py; these check what the manager keeps afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+import ch_launcher.convert
+from ch_launcher.kubevirt.vmi import parse_vmi
+from ch_launcher.lifecycle import Intent, VmState
+from ch_launcher.manager import DomainManager
+from demo import LauncherLayout
+from tests.functional.migration_handler import DEFAULT_OPTIONS, migratable_vmi, migrating
+from tests.unit.test_manager import _manager
+
+
+@pytest.fixture
+def layouts():
+    roots = [Path(tempfile.mkdtemp(prefix="kcm", dir="/tmp")) for _ in range(2)]
+    yield [LauncherLayout(root).create() for root in roots]
+    for root in roots:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _vmi():
+    """A migratable VMI without a serial console: both VMMs share one filesystem here, where the
+    target's would have to bind the console socket the source's still holds."""
+    raw = migratable_vmi()
+    raw["spec"]["domain"]["devices"]["autoattachSerialConsole"] = False
+    return raw
+
+
+def _pair(layouts, raw):
+    source, source_sink = _manager(layouts[0], raw)
+    target, target_sink = _manager(layouts[1], raw)
+    shared = dataclasses.replace(target.settings, share_dir=source.settings.share_dir)
+    return source, DomainManager(shared, target_sink), source_sink, target_sink
+
+
+def _domain(manager):
+    return json.loads(manager.domain_json) if manager.domain_json else None
+
+
+def _after_a_migration(layouts, then):
+    """Boot on the source, migrate to the target, then `await then(target, vmi)`."""
+    raw = _vmi()
+    source, target, _, _ = _pair(layouts, raw)
+    vmi = parse_vmi(migrating(raw, str(uuid.uuid4())))
+
+    async def story():
+        await source.start()
+        await target.start()
+        try:
+            await source.execute(Intent.SYNC, parse_vmi(raw), budget=15)
+            assert await target.prepare_migration_target(vmi, None) == "prepared: waiting for the source"
+            assert await source.migrate(vmi, json.dumps(DEFAULT_OPTIONS).encode()) == "migration started"
+            assert await target.wait_until(lambda: target.state is VmState.RUNNING and (
+                _domain(target)["Spec"]["Metadata"]["KubeVirt"]["Migration"]["EndTimestamp"]), 20)
+            assert await source.wait_until(lambda: source.state is VmState.DOWN, 20)
+            await then(target, vmi)
+        finally:
+            await target.close()
+            await source.close()
+
+    asyncio.run(story())
+
+
+def test_a_received_vm_is_not_translated_again_by_the_first_sync(layouts, monkeypatch):
+    # The target translates the VMI when it prepares; the first Sync after the migration must
+    # find the VM's devices as they were planned (as after a boot), not translate again and load
+    # the hotplug modules a VM whose devices did not change never needs.
+    async def then(target, vmi):
+        translations = []
+        translate = ch_launcher.convert.translate
+        monkeypatch.setattr(ch_launcher.convert, "translate",
+                            lambda *args: translations.append(args) or translate(*args))
+        assert await target.execute(Intent.SYNC, vmi, budget=15) == "refresh-grace"
+        assert translations == []
+
+    _after_a_migration(layouts, then)
+
+
+def test_the_received_vms_stats_are_served_with_no_migration_job(layouts):
+    # virt-handler scrapes GetDomainStats of every running VMI, the one that moved here included.
+    async def then(target, vmi):
+        stats = json.loads(await target.domain_stats(timeout=5))
+        assert stats["Name"] == "default_migvmi" and stats["MigrateDomainJobInfo"]["DataProcessedSet"] is False
+
+    _after_a_migration(layouts, then)
