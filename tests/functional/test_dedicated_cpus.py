@@ -119,9 +119,10 @@ HUGEPAGES_LOCK = pathlib.Path(tempfile.gettempdir()) / "kubevirt-ch-tests-hugepa
 def surplus_hugepages(pages: int):
     """Let the kernel hand out up to `pages` 2 MiB pages on demand (nr_overcommit_hugepages), as a
     node with hugepages for its pods has them; put the setting back afterwards (unless someone
-    changed it meanwhile); `pages` 0 changes nothing. Needs root. The setting is the machine's: stories that change it run
-    one at a time (an exclusive lock on HUGEPAGES_LOCK, also across pytest-xdist workers and
-    concurrent runs), else one would put it back under another that still needs it."""
+    changed it meanwhile); `pages` 0 changes nothing. Needs root. The setting is the machine's:
+    stories that change it run one at a time (an exclusive lock on HUGEPAGES_LOCK, also across
+    pytest-xdist workers and concurrent runs), else one would put it back under another that
+    still needs it."""
     if pages == 0:
         yield
         return

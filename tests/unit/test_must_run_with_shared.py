@@ -57,7 +57,7 @@ FOLDED = textwrap.dedent('''
         pytest.skip("real cloud-hypervisor in a pod sandbox: ../shared/vmm/cloud-hypervisor is absent")
 
     def test_reference():
-        pytest.skip("/x/shared/reference/data/kubevirt-examples is absent: ../shared/reference is not beside this checkout")
+        pytest.skip("/x/shared/reference/data/kubevirt-examples is absent: ../shared/reference is not here")
 
     def test_other():
         pytest.skip("needs root")
@@ -104,8 +104,8 @@ def test_without_shared_its_skips_are_summed_up_once_per_part_of_it(tmp_path):
     assert "5 skipped" in out, out
     skipped = [line for line in out.splitlines() if line.startswith("SKIPPED")]
     assert sorted(skipped) == [
-        "SKIPPED [1] shared/reference: not beside this checkout: the reference data (Cloud Hypervisor's API spec, "
-        "KubeVirt's examples, check_contract.py)",
+        ("SKIPPED [1] shared/reference: not beside this checkout: the reference data (Cloud Hypervisor's API spec, "
+         "KubeVirt's examples, check_contract.py)"),
         "SKIPPED [1] test_marked.py:21: needs root",
         "SKIPPED [3] shared/vmm: not beside this checkout: the real cloud-hypervisor (or set CH_BINARY to one)",
     ], out
