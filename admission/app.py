@@ -5,7 +5,8 @@ Why aiohttp (docs/admission.md): already a dependency, one asyncio server with s
 (`client_max_size`), and fast enough (bench/admission.py).
 
 Paths (DESIGN.md): `POST /validate`, `POST /mutate-pod`, `GET /healthz`, `GET /readyz`,
-`GET /metrics`, and `POST /mutate-vmi` (virt-controller's VMI writes: `launcher_status.py`).
+`GET /metrics`, `POST /mutate-vmi` (virt-controller's VMI writes: `launcher_status.py`) and
+`POST /validate-migration` (VirtualMachineInstanceMigrations: `migrations.py`).
 Deciding is pure (`rules.py`, `mutate.py`); this module only reads bodies, does the API calls in
 a thread pool, and answers. A body that is not an AdmissionReview is
 answered at once with its HTTP status and a `metav1.Status` naming the problem: 415 (not
@@ -32,7 +33,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from admission import launcher_status, mutate, rules
+from admission import launcher_status, migrations, mutate, rules
 from admission.cluster import KubeVirtStatus, conditions
 from admission.config import Config, ConfigError, load_config
 from admission.kube import KubeClient, KubeError
@@ -242,7 +243,7 @@ def make_app(server: Server) -> web.Application:
     """The aiohttp application. Separate from serving so tests can run it on any socket."""
     metrics = server.metrics
 
-    paths = ("/validate", "/mutate-pod", "/mutate-vmi", "/healthz", "/readyz", "/metrics")
+    paths = ("/validate", "/validate-migration", "/mutate-pod", "/mutate-vmi", "/healthz", "/readyz", "/metrics")
 
     @web.middleware
     async def observe(request: web.Request,
@@ -271,6 +272,33 @@ def make_app(server: Server) -> web.Application:
         request["verdict"] = outcome.verdict
         _log_outcome("/validate", req, outcome)
         return web.json_response(outcome.review)
+
+    async def validate_migration(request: web.Request) -> web.Response:
+        req = await _read_review(request)
+        first = migrations.wants_vmi(req)
+        if isinstance(first, migrations.VMIName):
+            named, problem = first, ""
+            if server.kube is None:
+                problem = "the server has no Kubernetes API client (--kubeconfig, or run in a pod)"
+            else:
+                kube = server.kube
+                try:
+                    vmi = await server.run(lambda: kube.get_vmi(named.namespace, named.name))
+                except KubeError as e:
+                    vmi = None
+                    if e.status != 404:  # a missing VMI is virt-api's to refuse
+                        metrics.kube_errors.labels("get_vmi").inc()
+                        problem = e.message
+            if problem:
+                log.warning("/validate-migration %s/%s: cannot judge the migration of VMI %s: %s; allowed "
+                            "(the source launcher fails what Cloud Hypervisor cannot migrate)", req.namespace,
+                            req.name or "(generated)", named.name, problem)
+                first = migrations.unreadable(req)
+            else:
+                first = migrations.decide(req, vmi)
+        request["verdict"] = first.verdict
+        _log_outcome("/validate-migration", req, first)
+        return web.json_response(first.review)
 
     async def mutate_pod(request: web.Request) -> web.Response:
         req = await _read_review(request)
@@ -327,6 +355,7 @@ def make_app(server: Server) -> web.Application:
 
     app = web.Application(client_max_size=MAX_BODY, middlewares=[observe])
     app.router.add_post("/validate", validate)
+    app.router.add_post("/validate-migration", validate_migration)
     app.router.add_post("/mutate-pod", mutate_pod)
     app.router.add_post("/mutate-vmi", mutate_vmi)
     app.router.add_get("/healthz", healthz)
@@ -437,7 +466,8 @@ async def serve(ns: argparse.Namespace, config: Config, kube: KubeClient | None)
         site = web.TCPSite(runner, ns.address, ns.port, ssl_context=server.tls.base, backlog=1024)
         await site.start()
         port = next(iter(runner.addresses))[1]
-        log.info("serving https://%s:%d (validate, mutate-pod, mutate-vmi, healthz, readyz, metrics)", ns.address, port)
+        log.info("serving https://%s:%d (validate, validate-migration, mutate-pod, mutate-vmi, healthz, readyz, "
+                 "metrics)", ns.address, port)
         renewal = asyncio.create_task(_self_signed_loop(server, ns)) if ns.self_signed else None
         watching = asyncio.create_task(_kubevirt_loop(server)) if server.kubevirt is not None else None
         await stop.wait()

@@ -2,9 +2,10 @@
 
 `KubeVirtStatus` is read from the KubeVirt CR (`kube.py` reads it, `app.py` caches it):
 `status.observedKubeVirtVersion`, the network binding plugins' declared memory overheads
-(`spec.configuration.network.binding[<name>].computeResourceOverhead.requests.memory`) and the
+(`spec.configuration.network.binding[<name>].computeResourceOverhead.requests.memory`), the
 resource names of the permitted host devices (`spec.configuration.permittedHostDevices`), which
-tell the translator which host devices are USB.
+tell the translator which host devices are USB, and the default eviction strategy
+(`spec.configuration.evictionStrategy`), which applies to VMIs without their own.
 
 Version gate (`ecosystem.md` §7.2, handler-launcher skew): Cloud Hypervisor objects are refused
 when the observed version is outside `kubevirt.supportedVersions`, or cannot be read; objects
@@ -116,6 +117,8 @@ class KubeVirtStatus:
     launcher_image: LauncherImage = field(default_factory=lambda: LauncherImage(None, error="not read"))
     # spec.configuration.permittedHostDevices (which host-device resources are USB)
     host_devices: PermittedHostDevices = field(default_factory=PermittedHostDevices)
+    # spec.configuration.evictionStrategy ("" when unset: KubeVirt's default is None)
+    eviction_strategy: str = ""
 
     @classmethod
     def from_cr(cls, cr: Any) -> KubeVirtStatus:
@@ -139,11 +142,14 @@ class KubeVirtStatus:
         methods = tuple(m for m in methods if isinstance(m, str)) if isinstance(methods, list) else ()
         launcher = kubevirt_launcher_image(cr)
         devices = permitted_host_devices(cr)
+        strategy = get(cr, "spec", "configuration", "evictionStrategy")
+        strategy = strategy if isinstance(strategy, str) else ""
         if not isinstance(version, str) or not version:
             return cls(bindings=bindings, ratio=ratio, update_methods=methods, launcher_image=launcher,
-                       host_devices=devices, error="the KubeVirt resource has no status.observedKubeVirtVersion yet")
+                       host_devices=devices, eviction_strategy=strategy,
+                       error="the KubeVirt resource has no status.observedKubeVirtVersion yet")
         return cls(version=version, bindings=bindings, ratio=ratio, update_methods=methods, launcher_image=launcher,
-                   host_devices=devices)
+                   host_devices=devices, eviction_strategy=strategy)
 
 
 def version_problem(status: KubeVirtStatus | None, supported: VersionRange) -> str | None:

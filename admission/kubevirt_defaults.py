@@ -18,7 +18,10 @@ SetDefaultVirtualMachineInstance):
 - an empty `disk`, `cdrom` or `lun` bus becomes `sata`, KubeVirt's default on amd64 (kubevirt
   pkg/defaults/amd64.go@d923fdb815cd, setDefaultAmd64DisksBus), which the translator attaches as
   virtio-blk with a warning (docs/translation.md). amd64 is the only architecture the backend
-  runs (others are refused whatever their buses).
+  runs (others are refused whatever their buses);
+- a VMI without `spec.evictionStrategy` gets the KubeVirt CR's
+  `spec.configuration.evictionStrategy`, when there is one (setDefaultEvictionStrategy; offline:
+  only with `check --kubevirt-cr`).
 
 virt-api sets more (machine type, resource requests, CPU topology, a default NIC, hotplug limits),
 none of which changes a verdict of the cases the test above holds against it.
@@ -34,15 +37,17 @@ from typing import Any
 DEVICE_TYPES = ("disk", "cdrom", "lun")  # DiskDevice at d923fdb815cd (no floppy any more)
 
 
-def with_virt_api_defaults(vmi: Any) -> Any:
+def with_virt_api_defaults(vmi: Any, eviction_strategy: str = "") -> Any:
     """A copy of a VMI document with the defaults above applied (the document itself when it is
-    not a VMI-shaped mapping)."""
+    not a VMI-shaped mapping); `eviction_strategy`: the cluster's default ("": none)."""
     spec = vmi.get("spec") if isinstance(vmi, dict) else None
     domain = spec.get("domain") if isinstance(spec, dict) else None
     devices = domain.get("devices", {}) if isinstance(domain, dict) else None
     if not isinstance(devices, dict) or not isinstance(devices.get("disks", []), list):
         return vmi
     out = copy.deepcopy(vmi)
+    if eviction_strategy and out["spec"].get("evictionStrategy") is None:
+        out["spec"]["evictionStrategy"] = eviction_strategy
     devices = out["spec"]["domain"].setdefault("devices", {})
     disks = devices.get("disks", [])
     filesystems = devices.get("filesystems")

@@ -13,6 +13,11 @@ every `hostDevices` entry; `--kubevirt-cr FILE` (the cluster's KubeVirt CR, e.g.
 kubevirt -n kubevirt kubevirt -o yaml`) tells it, as the server's read of the CR tells the
 webhook, so a USB one is refused as the webhook refuses it (the CR's KubeVirt version gates
 nothing offline). A file without exactly one KubeVirt is an input error (exit 2).
+A VirtualMachineInstanceMigration is judged as the migration webhook judges it
+(`admission/migrations.py`) against the VMI of its `spec.vmiName` among the files (same
+namespace; `--all` selects that VMI too); without that VMI it is skipped, saying so. Offline the
+VMI has no status, so what only a running VMI's status says (a PVC's access mode, hotplugged
+volumes) is not known.
 `overhead` prints, per VMI (owners: their template; both with virt-api's defaults, as the VMI is
 stored), the Cloud Hypervisor overhead beside
 KubeVirt's QEMU figure term by term, their totals and ratio (the same input errors: exit 2).
@@ -28,6 +33,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from admission import migrations
 from admission.cluster import KubeVirtStatus
 from admission.config import Config, ConfigError, load_config
 from admission.kubevirt_defaults import with_virt_api_defaults
@@ -120,9 +126,10 @@ def _select(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _inputs(ns: argparse.Namespace) -> tuple[Config, list[tuple[str, dict[str, Any]]]]:
-    """The configuration and every VMI-bearing object (VMI, VM, replica set, pool) of the files,
-    all read before anything is printed. Raises InputError (exit 2) naming the file."""
+def _inputs(ns: argparse.Namespace, kinds: tuple[str, ...] = ()) -> tuple[Config, list[tuple[str, dict[str, Any]]]]:
+    """The configuration and every VMI-bearing object (VMI, VM, replica set, pool; and of
+    `kinds`) of the files, all read before anything is printed. Raises InputError (exit 2)
+    naming the file."""
     try:
         config = load_config(ns.config)
     except ConfigError as e:
@@ -130,7 +137,7 @@ def _inputs(ns: argparse.Namespace) -> tuple[Config, list[tuple[str, dict[str, A
     every = [(label, doc) for path in ns.files for label, doc in documents(path)]
     if not every:
         raise InputError(f"no objects passed to {ns.command} (as kubectl says of an empty file)")
-    objects = [(label, doc) for label, doc in every if _kind(doc) in TEMPLATE_PATHS]
+    objects = [(label, doc) for label, doc in every if _kind(doc) in TEMPLATE_PATHS or _kind(doc) in kinds]
     return config, objects
 
 
@@ -144,15 +151,58 @@ def kubevirt_cr(path: str) -> KubeVirtStatus:
     return KubeVirtStatus.from_cr(found[0][1])
 
 
+def _namespaced(doc: dict[str, Any]) -> tuple[str, str]:
+    meta = object_at(doc, "metadata")
+    namespace, name = meta.get("namespace") or "default", meta.get("name") or ""
+    return (namespace if isinstance(namespace, str) else "default", name if isinstance(name, str) else "")
+
+
+def _check_migration(label: str, vmim: dict[str, Any], vmis: dict[tuple[str, str], dict[str, Any]],
+                     select: bool, out: TextIO) -> bool | None:
+    """Print the verdict on a migration; True when denied, False when allowed, None when skipped."""
+    request = parse_review(_review(vmim))
+    wanted = migrations.wants_vmi(request)
+    if not isinstance(wanted, migrations.VMIName):
+        verdict = wanted.verdict
+        if verdict == "invalid":
+            print(f"{label}: {_name(vmim)}: DENIED\n  {wanted.review['response']['status']['message']}", file=out)
+            return True
+        print(f"{label}: {_name(vmim)}: nothing to judge ({verdict}); skipped", file=out)
+        return None
+    vmi = vmis.get((wanted.namespace or "default", wanted.name))
+    if vmi is None:
+        print(f"{label}: {_name(vmim)}: its VMI {wanted.namespace or 'default'}/{wanted.name} is not among the files "
+              "(the webhook reads it from the cluster); skipped", file=out)
+        return None
+    outcome = migrations.decide(request, with_virt_api_defaults(_select(vmi) if select else vmi))
+    if outcome.verdict == "ignored":
+        print(f"{label}: {_name(vmim)}: its VMI {wanted.name} is not selected for Cloud Hypervisor ({ANNOTATION}: "
+              f"{VALUE}); skipped", file=out)
+        return None
+    response = outcome.review["response"]
+    if response["allowed"]:
+        print(f"{label}: {_name(vmim)}: allowed", file=out)
+        return False
+    print(f"{label}: {_name(vmim)}: DENIED\n  {response['status']['message']}", file=out)
+    return True
+
+
 def check_main(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     try:
-        config, objects = _inputs(ns)
+        config, objects = _inputs(ns, (migrations.KIND,))
         kubevirt = kubevirt_cr(ns.kubevirt_cr) if ns.kubevirt_cr else None
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     denied = checked = 0
+    vmis = {_namespaced(doc): doc for _, doc in objects if _kind(doc) == "VirtualMachineInstance"}
     for label, given in objects:
+        if _kind(given) == migrations.KIND:
+            judged = _check_migration(label, given, vmis, ns.all, out)
+            if judged is not None:
+                checked += 1
+                denied += judged
+            continue
         doc = _select(given) if ns.all else given
         t = target(doc["kind"], doc)
         if t is None or not t.selected:
@@ -161,7 +211,8 @@ def check_main(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             continue
         checked += 1
         # a VMI as virt-api writes it before the webhook sees it
-        seen = with_virt_api_defaults(doc) if doc["kind"] == "VirtualMachineInstance" else doc
+        default = kubevirt.eviction_strategy if kubevirt is not None else ""
+        seen = with_virt_api_defaults(doc, default) if doc["kind"] == "VirtualMachineInstance" else doc
         response = validate(parse_review(_review(seen)), config, kubevirt, version_gate=False).review["response"]
         if response["allowed"]:
             print(f"{label}: {_name(seen)}: allowed", file=out)

@@ -15,7 +15,8 @@ allowed. `dryRun` needs nothing special: the webhook has no side effects.
 
 The cluster's KubeVirt (`cluster.KubeVirtStatus`, from its CR) is consulted whenever the
 features are judged: on CREATE the version gate, on CREATE and UPDATE which host-device
-resources it permits as USB (the translator refuses those: Cloud Hypervisor has no USB).
+resources it permits as USB (the translator refuses those: Cloud Hypervisor has no USB) and its
+default eviction strategy (a warning for a VMI that cannot migrate and would take it).
 """
 
 from __future__ import annotations
@@ -199,7 +200,8 @@ def _check(uid: str, t: Target, request: AdmissionRequest, config: Config,
         where = t.prefix.rstrip(".")
         causes.append(Cause("FieldValueRequired", f"{where} is a required field", where))
     else:
-        env = LauncherEnv(permitted_host_devices=kubevirt.host_devices) if kubevirt is not None else None
+        env = (LauncherEnv(permitted_host_devices=kubevirt.host_devices, eviction_strategy=kubevirt.eviction_strategy)
+               if kubevirt is not None else None)
         verdict = check(vmi, env)
         for p in verdict.problems:
             if isinstance(p, NoMemoryRequested) and t.kind != "VirtualMachineInstance":

@@ -42,6 +42,9 @@ class Verdict:
     problems: list[UnsupportedFeature] = field(default_factory=list)
     warnings: list[Degradation] = field(default_factory=list)
     plan: Plan | None = None
+    # Why Cloud Hypervisor could not live-migrate it, `(reason, message)` (`convert/migration.py`),
+    # found even when there are problems
+    migration_blockers: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def allowed(self) -> bool:
@@ -66,7 +69,7 @@ def check(vmi: VirtualMachineInstance | dict[str, Any] | bytes | str,
         return Verdict(problems=[UnsupportedFeature(p, m, "FieldValueInvalid") for p, m in causes])
     t = _run(model, env or LauncherEnv(), options or LauncherOptions())
     plan = None if t.problems else _plan(t)
-    return Verdict(problems=t.problems, warnings=t.warnings, plan=plan)
+    return Verdict(problems=t.problems, warnings=t.warnings, plan=plan, migration_blockers=list(t.migration_blockers))
 
 
 def translate(vmi: VirtualMachineInstance | dict[str, Any] | bytes | str,

@@ -66,7 +66,8 @@ class PermittedHostDevices:
 @dataclass(frozen=True)
 class LauncherEnv:
     """Directories of the launcher (DESIGN.md: every path derives from the flags), the pod's facts
-    in the launcher, the KubeVirt CR's permitted host devices at admission."""
+    in the launcher, the KubeVirt CR's permitted host devices and default eviction strategy at
+    admission."""
 
     private_dir: str = paths.PRIVATE_DIR
     share_dir: str = paths.SHARE_DIR
@@ -77,6 +78,9 @@ class LauncherEnv:
     root_swtpm_dir: str = paths.ROOT_SWTPM_DIR
     pod: PodFacts | None = None
     permitted_host_devices: PermittedHostDevices = field(default_factory=PermittedHostDevices)
+    # The KubeVirt CR's spec.configuration.evictionStrategy, which applies to a VMI without its
+    # own ("": not known, or none)
+    eviction_strategy: str = ""
 
 
 @dataclass(frozen=True)

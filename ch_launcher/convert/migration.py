@@ -5,9 +5,10 @@ pkg/virt-handler/vm.go@d923fdb815cd`: `calculateLiveMigrationCondition`, `checkV
 What Cloud Hypervisor cannot move on top of that is recorded here as `(reason, message)` pairs in
 `Translation.migration_blockers`, with the reason strings of KubeVirt's condition
 (`staging/src/kubevirt.io/api/core/v1/types.go`), so users read the words they know. Nothing is
-refused here: a VMI that cannot migrate still runs. The source launcher fails a migration of such
-a VMI at once with `<reason>: <message>`; the webhook refuses `evictionStrategy: LiveMigrate`
-for it (`policy.py`).
+refused here: a VMI that cannot migrate still runs. The migration webhook refuses the creation
+of a migration of such a VMI in virt-api's words (`admission/migrations.py`); one that starts
+anyway is failed at once by the source launcher with `<reason>: <message>`; the VMI webhook
+refuses `evictionStrategy: LiveMigrate` for it (`policy.py`).
 
 The rules:
 - **Disks.** QEMU copies disks KubeVirt cannot share (containerDisk, emptyDisk, ephemeral,
@@ -21,7 +22,8 @@ The rules:
 - **virtiofs.** The vhost-user-fs backend's state does not move with Cloud Hypervisor's migration.
 - **vhost-user interfaces** (a backend outside the VMM) likewise; `bridge` on the pod network
   also blocks (KubeVirt's rule: the pod's address does not move, unless the VMI carries
-  `kubevirt.io/allow-pod-bridge-network-live-migration`).
+  `kubevirt.io/allow-pod-bridge-network-live-migration`, with any value:
+  `pkg/network/vmispec/interface.go`: `VerifyVMIMigratable` checks its presence).
 - **Hotplugged volumes:** the target pod's attachment pods are not reproduced by this launcher.
 - **TPM:** swtpm's state is not part of Cloud Hypervisor's migration stream.
 """
@@ -75,7 +77,7 @@ def configure_migration(t: Translation) -> None:
             t.migration_blockers.append((INTERFACE, (f"interface {net.id!r} is vhost-user: its backend's state "
                                                      "does not move with the VM")))
     pod_networks = {n.name for n in spec.networks if n.pod is not None}
-    allowed = vmi.metadata.annotations.get(ALLOW_POD_BRIDGE) == "true"
+    allowed = ALLOW_POD_BRIDGE in vmi.metadata.annotations  # its presence, whatever its value (as KubeVirt)
     for iface in spec.domain.devices.interfaces:
         if iface.bridge is not None and iface.name in pod_networks and not allowed:
             t.migration_blockers.append((INTERFACE, (f"interface {iface.name!r} uses bridge binding on the pod "

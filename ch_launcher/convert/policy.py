@@ -22,7 +22,14 @@ its reconcile (or the feature would silently not work) after admission. Read ups
   migrate (`convert/migration.py`): virt-handler marks a VMI migratable from its spec alone
   (`pkg/virt-handler/vm.go`: `calculateLiveMigrationCondition`), so an eviction would turn into
   a migration that fails at once, retried while the drain blocks. Migratable VMIs are admitted;
-  `None` and `External` always are. (A cluster-wide default strategy is not visible in the VMI.)
+  `None` and `External` always are. Both migrating strategies block a drain here: virt-handler
+  calls these VMIs `LiveMigratable`, so virt-api's eviction webhook triggers an evacuation whose
+  migrations the add-on refuses. virt-api writes the KubeVirt CR's default
+  (`spec.configuration.evictionStrategy`) into every new VMI without a strategy of its own
+  (`pkg/defaults/defaults.go`: `setDefaultEvictionStrategy`), before the webhooks judge it, but
+  not into the templates of VMs, replica sets and pools. So where the default is known
+  (`LauncherEnv.eviction_strategy`, at admission): a refused strategy equal to it is said to be
+  the cluster's, and a template without a strategy is warned that its VMIs will be refused.
 - Velero backup hooks (`pkg/storage/pod/annotations/generator.go`) run `/usr/bin/virt-freezer`
   in the compute container on every launcher pod; it asks `GetGuestInfo`, finds no guest-agent
   version and exits 0, so backups proceed crash-consistent. Nothing to refuse (the image must
@@ -45,6 +52,7 @@ from ch_launcher.convert.migration import blockers_text
 # vmm/src/pci_segment.rs@v53.0); the launcher uses one segment (no `platform.num_pci_segments`).
 PCI_SLOTS = 31
 HOOK_SIDECARS_ANNOTATION = "hooks.kubevirt.io/hookSidecars"
+MIGRATING_STRATEGIES = ("LiveMigrate", "LiveMigrateIfPossible")  # an eviction becomes a migration
 
 
 def configure_policy(t: Translation) -> None:
@@ -65,10 +73,19 @@ def configure_policy(t: Translation) -> None:
     if spec.startStrategy == "Paused":
         t.warn("spec.startStrategy", "Paused: Cloud Hypervisor cannot boot paused; the VM is paused right "
                "after boot")
-    if spec.evictionStrategy in ("LiveMigrate", "LiveMigrateIfPossible") and t.migration_blockers:
-        refuse("spec.evictionStrategy", f"{spec.evictionStrategy}: Cloud Hypervisor cannot live-migrate this VMI "
-                f"({blockers_text(t.migration_blockers)}), so a node drain would block on migrations that fail; "
+    default = t.env.eviction_strategy
+    if spec.evictionStrategy in MIGRATING_STRATEGIES and t.migration_blockers:
+        # (no "spec." in the text: an owner's paths are prefixed with its template's)
+        origin = (" (the cluster's default, the KubeVirt CR's configuration.evictionStrategy, which virt-api sets in "
+                  "every VMI without its own)" if spec.evictionStrategy == default else "")
+        refuse("spec.evictionStrategy", f"{spec.evictionStrategy}{origin}: Cloud Hypervisor cannot live-migrate this "
+                f"VMI ({blockers_text(t.migration_blockers)}), so a node drain would block on migrations that fail; "
                 "use None or External, or make the VMI migratable")
+    elif spec.evictionStrategy is None and default in MIGRATING_STRATEGIES and t.migration_blockers:
+        t.warn("spec.evictionStrategy", f"spec.evictionStrategy is not set, so virt-api will set the cluster's "
+               f"default {default} (the KubeVirt CR's configuration.evictionStrategy) in the VMI, which is then "
+               f"refused: Cloud Hypervisor cannot live-migrate it ({blockers_text(t.migration_blockers)}), so a node "
+               "drain would block on it; set None (the VM stops on a drain) or External, or make the VMI migratable")
 
 
 def pci_devices_of(c: VmConfig) -> int:

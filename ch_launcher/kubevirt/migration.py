@@ -15,6 +15,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -49,13 +50,15 @@ def proxy_socket(share_dir: str, uid: str, port: int = DIRECT_MIGRATION_PORT) ->
 
 
 def migration_uid(vmi: VirtualMachineInstance) -> str:
-    """`MigrationUID`: `sourceState.migrationUID` (decentralized), else `migrationUID`."""
+    """`MigrationUID`: `status.migrationState.sourceState.migrationUID` when `sourceState` is set
+    (a decentralized migration; Go takes it even when empty), else `status.migrationState.migrationUid`;
+    "" without a migration state."""
     state = vmi.status.migrationState
     if state is None:
         return ""
     if state.sourceState is not None:
         return state.sourceState.migrationUID
-    return state.migrationUID
+    return state.migrationUid
 
 
 def target_proxy_uid(vmi: VirtualMachineInstance) -> str:
@@ -113,6 +116,15 @@ class MigrationMetadata:
     @property
     def ended(self) -> bool:
         return self.end is not None
+
+    def already_executed(self) -> str:
+        """`initializeMigrationMetadata`'s answer to a second call for this ended migration ("One
+        shot"); the end time as Go's `%v` prints a `metav1.Time` (`time.Time.String`, here to the
+        second: the metadata keeps whole seconds)."""
+        end = datetime.fromisoformat(rfc3339(self.end)) if self.end else None
+        when = end.strftime("%Y-%m-%d %H:%M:%S +0000 UTC") if end else "<nil>"
+        return (f"migration job {self.uid} already executed, finished at {when}, failed: "
+                f"{str(self.failed).lower()}, abortStatus: {self.abort_status}")
 
     def finished(self, when: str, *, failed: bool, reason: str = "") -> MigrationMetadata:
         """`setMigrationResult`: once only (an ended migration is returned unchanged); a failed

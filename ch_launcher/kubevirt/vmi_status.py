@@ -62,7 +62,8 @@ class CPUTopology(_Model):
 
 
 class MigrationPeerState(_Model):
-    """`status.migrationState.sourceState` / `targetState` (decentralized migrations)."""
+    """`status.migrationState.sourceState` / `targetState` (decentralized migrations:
+    `VirtualMachineInstanceCommonMigrationState`, whose UID key is `migrationUID`)."""
 
     migrationUID: str = ""
     virtualMachineInstanceUID: str = ""
@@ -71,11 +72,13 @@ class MigrationPeerState(_Model):
 
 class MigrationState(_Model):
     """What a launcher reads of `status.migrationState` (kubevirt staging/src/kubevirt.io/api/
-    core/v1/types.go@d923fdb815cd `VirtualMachineInstanceMigrationState`)."""
+    core/v1/types.go@d923fdb815cd `VirtualMachineInstanceMigrationState`). Its UID key is
+    `migrationUid`, unlike the peer states' `migrationUID`; an unknown key is dropped silently,
+    so every attribute here is spelt as Go's json tag."""
 
     targetPod: str = ""
     sourcePod: str = ""
-    migrationUID: str = ""
+    migrationUid: str = ""
     sourceNode: str = ""
     targetNode: str = ""
     abortRequested: bool = False

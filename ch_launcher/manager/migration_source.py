@@ -46,18 +46,24 @@ RESUME_WAIT = 10.0  # s: a VM the migration paused is resumed right after the fa
 
 async def migrate(host: MigrationHost, vmi: VirtualMachineInstance, options_json: bytes) -> str:
     """Accept a migration (metadata published) and start it in the background; raises
-    CommandFailed for a request that cannot be a migration at all."""
+    CommandFailed for a request that cannot be a migration at all, among them one without a
+    migration UID: virt-handler reads a result only under the UID it knows, so a result under ""
+    would never be read and the migration would hang (Go accepts "", but Go cannot misread its
+    own VMI)."""
     options = _decode(options_json)
     if vmi.status.migrationState is None:
         raise CommandFailed("cannot migrate VMI until migrationState is ready")
     uid = km.migration_uid(vmi)
+    if not uid:
+        raise CommandFailed("cannot migrate VMI without a migration UID: status.migrationState.migrationUid "
+                            "(sourceState.migrationUID for a decentralized migration) is empty, so virt-handler "
+                            "could never match this migration's result")
     record = host.record
     meta = record.migration
     if meta is not None and meta.uid == uid:
         if not meta.ended:
             return "the migration is already in progress"
-        raise CommandFailed(f"migration job {uid} already executed, finished at {meta.end}, failed: "
-                            f"{str(meta.failed).lower()}, abortStatus: {meta.abort_status}")
+        raise CommandFailed(meta.already_executed())
     previous = host.migration
     if previous is not None and not previous.ended:
         raise CommandFailed(f"migration {previous.uid} is still in progress")
@@ -111,7 +117,12 @@ class Outgoing:
     # --- start -----------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """The checks that fail the migration at once, then the relay and vm.send-migration."""
+        """The checks that fail the migration at once, then the relay and vm.send-migration. Runs
+        after the start was published, as the Go launcher's `migrate` runs after
+        `initializeMigrationMetadata`: virt-handler should see the migration in progress before it
+        ends. (A Domain that arrives already ended makes virt-handler's next sync call Migrate once
+        more, `isMigrationInProgress` being false, and record the "already executed" answer as a
+        SyncFailed warning: its informer may still skip the start, as with Go.)"""
         host = self.host
         plan, vmm = self.record.plan, host.session
         if plan is not None and plan.migration_blockers:
@@ -313,12 +324,9 @@ class Outgoing:
         if self._progress_timer is not None:
             self._progress_timer.cancel()
         record = self.record
-        meta = record.migration = self._metadata().finished(now_rfc3339(), failed=failed, reason=reason)
+        record.migration = self._metadata().finished(now_rfc3339(), failed=failed, reason=reason)
         if self.relay is not None:
             self.relay.close()
-        if failed:
-            record.k8s_event("Warning", "Migrated", f"VirtualMachineInstance migration uid {self.uid} failed. "
-                             f"reason:{meta.failure_reason}")
         if publish:
             record.publish(force=True)
 

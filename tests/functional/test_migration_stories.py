@@ -4,6 +4,11 @@ virt-handler's migration proxies, on the simulated VMM and on the real one (the 
 On this project's PVM machines the real VMM cannot complete a switch-over (docs/migration.md §2):
 its story then asserts what the real failure does to both pods; the simulation tells both
 endings apart with `FAKE_CH_MIGRATION_FAIL`.
+
+virt-handler's source controller and virt-controller are played with their own rules
+(`migration_controllers.py`): a migration that fails must end `Failed` in the VMI's
+`status.migrationState` and in the migration object, with the launcher's reason, after exactly
+one MigrateVirtualMachine call, as KubeVirt would see it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import time
 import pytest
 
 from tests.contract.test_migration import host_snapshots_vcpus
+from tests.functional.migration_controllers import domain_status
 from tests.functional.migration_handler import MigrationPair, migratable_vmi, migration_of
 from tests.functional.harness import RealVmm
 from tests.functional.pod_fixtures import real_vmm_reason
@@ -64,6 +70,23 @@ def completes(kind: str) -> bool:
     return kind == "simulated" or host_snapshots_vcpus()
 
 
+def assert_failed_once_as_kubevirt_sees_it(pair: MigrationPair, state: dict, reason: str) -> None:
+    """What KubeVirt records of a failed migration: the VMI's migrationState failed and ended with
+    the launcher's reason, the migration object Failed, one Migrate call, virt-handler's own
+    `Migrated` warning once (the launcher sends none)."""
+    assert state["failed"] and state["completed"] and state["endTimestamp"] and state["startTimestamp"], state
+    assert reason in state["failureReason"], state
+    assert pair.vmim.phase == "Failed", pair.vmim
+    handler = pair.handler
+    assert handler is not None
+    assert len(handler.migrate_calls()) == 1, handler.calls
+    warnings = [e for e in handler.events if e.reason == "Migrated"]
+    assert [e.message for e in warnings] == [f"VirtualMachineInstance migration uid {pair.migration_uid} failed. "
+                                             f"reason:{state['failureReason']}"], handler.events
+    assert not [e for e in pair.source.recorder.k8s_events if e.get("reason") == "Migrated"], \
+        "virt-handler sends the Migrated warning; a second one from the launcher would be a duplicate"
+
+
 def test_a_running_vm_moves_to_the_target_pod(kind, pair_factory):
     """The whole story as virt-handler plays it: the target prepares and publishes its ports,
     the source sends through the proxies; the source reports Paused/Migration then
@@ -82,10 +105,10 @@ def test_a_running_vm_moves_to_the_target_pod(kind, pair_factory):
         assert migration_of(started)["UID"] == pair.migration_uid and migration_of(started)["Mode"] == "PreCopy"
         assert started.status == "Running"
         if not completes(kind):
-            failed = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"), timeout=60)
+            state = await pair.play_source(timeout=60)
+            assert_failed_once_as_kubevirt_sees_it(pair, state, "GetNestedState")
+            failed = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"))
             assert failed.status == "Running", "the source resumed its VM"
-            assert "GetNestedState" in migration_of(failed)["FailureReason"]
-            assert migration_of(failed)["EndTimestamp"]
             # No Paused/Migration is required here: the failed switch-over pauses the guest for
             # 2-8 ms, and the real VMM can write its pause, the failure and the resume so close
             # together (from its own event thread, sometimes after vm.info shows Running again)
@@ -105,7 +128,12 @@ def test_a_running_vm_moves_to_the_target_pod(kind, pair_factory):
             assert (await tgt.launcher.wait_exit(30)) == 2, tgt.log_text()
             assert not tgt.launcher.children(), "the target's VMM went with its launcher"
             return
-        moved = await src.recorder.wait_for_status("Shutoff", "Migrated", timeout=60)
+        state = await pair.play_source(lambda: domain_status(pair.source_domain()) == ("Shutoff", "Migrated"),
+                                       timeout=60)
+        assert state["startTimestamp"] and not state.get("failed"), state
+        assert pair.vmim.phase == "Running", "the migration object runs once the VMI has its start"
+        assert len(pair.handler.migrate_calls()) == 1, pair.handler.calls
+        moved = await src.recorder.wait_for_status("Shutoff", "Migrated")
         assert migration_of(moved)["EndTimestamp"] and not migration_of(moved)["Failed"]
         assert any(e.status == "Paused" and e.reason == "Migration" for e in src.recorder.events), \
             [str(e) for e in src.recorder.events]
@@ -163,13 +191,16 @@ def test_cancel_aborts_the_stream_and_the_vm_keeps_running_on_the_source(kind, p
         assert (await pair.migrate(ports, SLOW)).success
         job = await wait_for_progress(pair, 4 << 20)
         assert job["DataTotalSet"] and job["DataTotal"] == 64 << 20 and job["DataRemainingSet"]
+        await pair.play_source(lambda: pair.vmim.phase == "Running")
+        # virtctl migrate-cancel: virt-controller asks the VMI for the abort; virt-handler cancels once.
+        assert pair.cancel_migration()
         since = len(src.recorder.events)
-        await pair.source_command("CancelVirtualMachineMigration")
-        aborted = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"), timeout=30,
-                                              since=since)
-        meta = migration_of(aborted)
-        assert meta["AbortStatus"] == "Succeeded" and meta["FailureReason"] == "Live migration has been aborted"
-        assert meta["EndTimestamp"] and aborted.status == "Running"
+        state = await pair.play_source(timeout=30)
+        assert state["abortStatus"] == "Succeeded" and state["failureReason"] == "Live migration has been aborted"
+        assert state["failed"] and state["endTimestamp"] and pair.vmim.phase == "Failed"
+        assert [rpc for rpc, _ in pair.handler.calls] == ["MigrateVirtualMachine", "CancelVirtualMachineMigration"]
+        aborted = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"), since=since)
+        assert aborted.status == "Running"
         await pair.source_command("CancelVirtualMachineMigration")  # again: nothing to do, success
         assert (await src.client.get_domain())["Status"]["Status"] == "Running"
         vmm = tgt.vmm_pid()
@@ -177,8 +208,9 @@ def test_cancel_aborts_the_stream_and_the_vm_keeps_running_on_the_source(kind, p
         assert (await tgt.launcher.wait_exit(30)) == 2, tgt.log_text()
         assert not os.path.exists(f"/proc/{vmm}"), "the receiving VMM went with its launcher"
         # The same migration cannot run twice (initializeMigrationMetadata).
-        reply = await pair.migrate(ports)
+        reply = await pair.call_migrate()
         assert not reply.success and f"migration job {pair.migration_uid} already executed" in reply.message
+        assert reply.message.endswith("failed: true, abortStatus: Succeeded"), reply.message
 
     pair.run(story())
 
@@ -193,9 +225,10 @@ def test_a_target_vmm_that_dies_fails_the_migration_and_the_source_keeps_its_vm(
         assert (await pair.migrate(ports, SLOW)).success
         await wait_for_progress(pair, 4 << 20)
         os.kill(tgt.vmm_pid(), signal.SIGKILL)
-        failed = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"), timeout=30)
-        assert failed.status == "Running" and "Broken pipe" in migration_of(failed)["FailureReason"], \
-            migration_of(failed)
+        state = await pair.play_source(timeout=30)
+        assert_failed_once_as_kubevirt_sees_it(pair, state, "Broken pipe")
+        failed = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"))
+        assert failed.status == "Running"
         gone = await tgt.recorder.wait_for_deleted(timeout=30)
         assert gone.event_type == "MODIFIED", "the target's announced domain is withdrawn"
         assert (await tgt.launcher.wait_exit(30)) == 0, tgt.log_text()
@@ -214,9 +247,10 @@ def test_a_source_vmm_that_dies_mid_way_is_a_crash_and_the_target_is_cleaned_up(
         assert (await pair.migrate(ports, SLOW)).success
         await wait_for_progress(pair, 4 << 20)
         os.kill(src.vmm_pid(), signal.SIGKILL)
-        crashed = await src.recorder.wait_for_status("Shutoff", "Crashed", timeout=30)
-        meta = migration_of(crashed)
-        assert meta["Failed"] and meta["EndTimestamp"] and "during the migration" in meta["FailureReason"]
+        state = await pair.play_source(timeout=30)
+        assert_failed_once_as_kubevirt_sees_it(pair, state, "during the migration")
+        crashed = await src.recorder.wait_for_status("Shutoff", "Crashed")
+        assert migration_of(crashed)["Failed"]
         # The source proxy never closes its outbound leg, so the target sees nothing yet; once
         # that socket is closed (Go's finaliser), the receive relay notices the stream ended
         # inside a memory range and SIGKILLs the receiving VMM, which would otherwise spin.
@@ -229,22 +263,52 @@ def test_a_source_vmm_that_dies_mid_way_is_a_crash_and_the_target_is_cleaned_up(
     pair.run(story())
 
 
-def test_a_vmi_cloud_hypervisor_cannot_migrate_fails_at_once_with_kubevirts_reason(kind, pair_factory):
+@pytest.mark.parametrize("lagging", [False, True], ids=["handler-keeps-up", "handler-lags"])
+def test_a_vmi_cloud_hypervisor_cannot_migrate_fails_at_once_with_kubevirts_reason(kind, pair_factory, lagging):
+    """The launcher accepts the migration (Start published, as the Go launcher's
+    initializeMigrationMetadata), then fails it with the translator's reason. Whether virt-handler
+    synced on the start before the failure arrived or sees only the failure (its informer keeps
+    the last Domain), the migration ends Failed once, with the reason, and virt-handler stops; in
+    the second case its next sync calls Migrate once more (`isMigrationInProgress` is false for a
+    Domain that already ended) and gets virt-launcher's "already executed" answer, as with Go."""
     vmi = migratable_vmi()
     vmi["spec"]["domain"]["devices"]["disks"].append({"name": "scratch", "disk": {"bus": "virtio"}})
     vmi["spec"]["volumes"].append({"name": "scratch", "emptyDisk": {"capacity": "16Mi"}})
     pair = pair_factory(vmi=vmi)
     src, tgt = pair.source, pair.target
+    reason = ("DisksNotLiveMigratable: volume 'scratch' (emptyDisk) is local to the pod and writable: Cloud "
+              "Hypervisor cannot copy disks during a migration")
 
     async def story():
         await src.boot()
         ports = await pair.prepare_target()
         assert (await pair.migrate(ports)).success, "accepted, then failed as a migration (not retried)"
-        failed = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"), timeout=20)
-        reason = migration_of(failed)["FailureReason"]
-        assert reason.startswith("DisksNotLiveMigratable: volume 'scratch' (emptyDisk)"), reason
-        assert failed.status == "Running"
+        if lagging:  # virt-handler was busy until the failure had arrived too
+            await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"), timeout=20)
+        state = await pair.play_source(timeout=20, lagging=lagging)
+        assert state["failureReason"] == reason, state
+        announced = [migration_of(e) for e in src.recorder.events if migration_of(e)]
+        assert announced[0]["StartTimestamp"] and not announced[0]["EndTimestamp"], "first in progress, as Go"
+        assert announced[-1]["Failed"] and announced[-1]["EndTimestamp"] and announced[-1]["UID"] == pair.migration_uid
+        assert all(e.status == "Running" for e in src.recorder.events[-len(announced):])
         assert not tgt.recorder.events, "nothing reached the target"
+        handler = pair.handler
+        calls = handler.migrate_calls()
+        assert len(calls) == (2 if lagging else 1), handler.calls
+        if lagging:
+            again = calls[1]
+            assert not again.success and f"migration job {pair.migration_uid} already executed, finished at " \
+                in again.message and again.message.endswith(", failed: true, abortStatus: "), again.message
+            assert [e.reason for e in handler.events].count("SyncFailed") == 1, handler.events
+            del handler.calls[1]  # the rest is as when virt-handler kept up
+        assert_failed_once_as_kubevirt_sees_it(pair, state, reason)
+        assert lagging or "SyncFailed" not in [e.reason for e in handler.events], handler.events
+        # Called again for this migration later (a stale resync), the launcher answers as Go's.
+        again = await pair.call_migrate()
+        assert not again.success and again.message.endswith(
+            f"migration job {pair.migration_uid} already executed, finished at "
+            f"{' '.join(state['endTimestamp'].rstrip('Z').split('T'))} +0000 UTC, failed: true, abortStatus: "), \
+            again.message
         await pair.target_command("SignalTargetPodCleanup")
         assert (await tgt.launcher.wait_exit(30)) == 2
 
@@ -265,7 +329,9 @@ def test_a_vm_the_user_paused_arrives_paused(kind, pair_factory):
         ports = await pair.prepare_target()
         assert (await pair.migrate(ports)).success
         if not completes(kind):
-            failed = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"), timeout=60)
+            state = await pair.play_source(timeout=60)
+            assert_failed_once_as_kubevirt_sees_it(pair, state, "GetNestedState")
+            failed = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"))
             assert (failed.status, failed.reason) == ("Paused", "User"), "still the user's pause"
             return
         moved = await src.recorder.wait_for_status("Shutoff", "Migrated", timeout=60)
@@ -294,8 +360,10 @@ def test_a_failed_switch_over_resumes_the_vm_even_with_rust_backtrace_in_the_pod
         await src.boot()
         ports = await pair.prepare_target()
         assert (await pair.migrate(ports)).success
-        failed = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"), timeout=60)
-        assert failed.status == "Running" and "GetNestedState" in migration_of(failed)["FailureReason"]
+        state = await pair.play_source(timeout=60)
+        assert_failed_once_as_kubevirt_sees_it(pair, state, "GetNestedState")
+        failed = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"))
+        assert failed.status == "Running"
         assert src.launcher.children(), "the VMM is alive"
 
     pair.run(story())

@@ -23,6 +23,7 @@ RESOURCES = {  # kind -> (group, version, resource) as the API server puts it in
     "VirtualMachine": ("kubevirt.io", "v1", "virtualmachines"),
     "VirtualMachineInstanceReplicaSet": ("kubevirt.io", "v1", "virtualmachineinstancereplicasets"),
     "VirtualMachinePool": ("pool.kubevirt.io", "v1beta1", "virtualmachinepools"),
+    "VirtualMachineInstanceMigration": ("kubevirt.io", "v1", "virtualmachineinstancemigrations"),
     "Pod": ("", "v1", "pods"),
 }
 

@@ -78,6 +78,8 @@ def reviews_for(webhook_name: str) -> dict[str, Any]:
         running = {**vmi, "metadata": {**vmi["metadata"], "labels": {"kubevirt.io/outdatedLauncherImage": ""}},
                    "status": {"phase": "Running", "launcherContainerImageVersion": LAUNCHER_IMAGE}}
         return builders.review(running, operation="UPDATE", old=running)
+    if webhook_name.startswith("migrations."):  # `virtctl migrate` of the VMI (a containerDisk: refused)
+        return builders.review(builders.vmim(vmi["metadata"]["name"]), name="")
     assert webhook_name.startswith("launcher-pods.")
     return builders.review(builders.launcher_pod(vmi), kind="Pod", name="")
 
@@ -112,6 +114,12 @@ def exercise(container: Container, api: FakeKubeAPI, objects: list[dict[str, Any
             assert code == 200, f"{hook['name']}: HTTP {code}: {body[:300]!r}"
             answer = json.loads(body)
             assert answer["response"]["uid"] == review["request"]["uid"]
+            if hook["name"].startswith("migrations."):  # it read the VMI, within its RBAC, and judged it
+                assert answer["response"]["allowed"] is False, answer["response"]
+                assert answer["response"]["status"]["message"].startswith(
+                    "Cannot migrate VMI, Reason: DisksNotLiveMigratable, Message: volume 'containerdisk'")
+                calls += 1
+                continue
             assert answer["response"]["allowed"] is True, f"{hook['name']}: {answer['response']}"
             if hook["name"].startswith(("launcher-pods.", "launcher-status.")):
                 assert answer["response"]["patchType"] == "JSONPatch" and answer["response"]["patch"]
@@ -120,7 +128,7 @@ def exercise(container: Container, api: FakeKubeAPI, objects: list[dict[str, Any
                         "value": "quay.io/kubevirt/virt-launcher:v1.9.0-beta.0-1264-gd923fdb815cd"} \
                     in json.loads(base64.b64decode(answer["response"]["patch"]))
             calls += 1
-    assert calls == 6
+    assert calls == 7
     (c,) = one(objects, "Deployment", "ch-admission")["spec"]["template"]["spec"]["containers"]
     for probe in ("readinessProbe", "livenessProbe"):
         get = c[probe]["httpGet"]

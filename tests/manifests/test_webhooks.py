@@ -1,8 +1,9 @@
 """The two webhook configurations: what reaches the server, and how it fails.
 
 Five webhooks judge what users create (the validators and the launcher-pod mutator: failurePolicy
-Fail, selected by the annotation); the sixth, launcher-status, rewrites virt-controller's own VMI
-writes (failurePolicy Ignore, tests at the end)."""
+Fail, selected by the annotation); launcher-status rewrites virt-controller's own VMI writes, and
+the migration validator judges the creation of migrations (both failurePolicy Ignore, tests at
+the end)."""
 
 from __future__ import annotations
 
@@ -33,8 +34,19 @@ def all_webhooks(objects):
     return [hook for o in objects if o["kind"].endswith("WebhookConfiguration") for hook in o["webhooks"]]
 
 
+MIGRATION_WEBHOOK = "migrations.validator.kubevirt-ch.io"
+
+
 def validating(objects):
-    return {h["name"]: h for h in one(objects, "ValidatingWebhookConfiguration", VALIDATOR)["webhooks"]}
+    """The validators of VMI-bearing objects (the configuration's other webhook is `migration_webhook()`)."""
+    return {h["name"]: h for h in one(objects, "ValidatingWebhookConfiguration", VALIDATOR)["webhooks"]
+            if h["name"] != MIGRATION_WEBHOOK}
+
+
+def migration_webhook(objects):
+    (hook,) = [h for h in one(objects, "ValidatingWebhookConfiguration", VALIDATOR)["webhooks"]
+               if h["name"] == MIGRATION_WEBHOOK]
+    return hook
 
 
 STATUS_WEBHOOK = "launcher-status.mutator.kubevirt-ch.io"
@@ -52,12 +64,14 @@ def status_webhook(objects):
 
 
 def gatekeepers(objects):
-    """The webhooks that judge what users create: all but the launcher-status one."""
-    return [h for h in all_webhooks(objects) if h["name"] != STATUS_WEBHOOK]
+    """The webhooks that judge what users create: all but the launcher-status and migration ones."""
+    return [h for h in all_webhooks(objects) if h["name"] not in (STATUS_WEBHOOK, MIGRATION_WEBHOOK)]
 
 
 def test_the_webhook_configurations_have_the_shared_names(webhooks):
     assert set(validating(webhooks)) == set(VALIDATING_WEBHOOKS)
+    assert [h["name"] for h in one(webhooks, "ValidatingWebhookConfiguration", VALIDATOR)["webhooks"]][-1] == \
+        MIGRATION_WEBHOOK
     assert [h["name"] for h in one(webhooks, "MutatingWebhookConfiguration", MUTATOR)["webhooks"]] == \
         ["launcher-pods.mutator.kubevirt-ch.io", STATUS_WEBHOOK]
 
@@ -87,8 +101,8 @@ def test_every_webhook_calls_the_addon_service_on_the_servers_paths(default_inst
         svc = hook["clientConfig"]["service"]
         assert (svc["namespace"], svc["name"], svc["port"]) == ("kubevirt-ch", admission_cli.DEFAULT_SERVICE, 443)
         assert "url" not in hook["clientConfig"]
-        expected = {"launcher-pods.mutator.kubevirt-ch.io": "/mutate-pod",
-                    STATUS_WEBHOOK: "/mutate-vmi"}.get(hook["name"], "/validate")
+        expected = {"launcher-pods.mutator.kubevirt-ch.io": "/mutate-pod", STATUS_WEBHOOK: "/mutate-vmi",
+                    MIGRATION_WEBHOOK: "/validate-migration"}.get(hook["name"], "/validate")
         assert svc["path"] == expected, hook["name"]
 
 
@@ -323,3 +337,44 @@ def test_every_write_the_server_would_make_current_reaches_it(webhooks, obj, use
     hook = status_webhook(webhooks)
     if verdict == "current":
         assert webhook_matches(hook, "VirtualMachineInstance", obj, old=obj, operation="UPDATE", user=user)
+
+
+# --- migrations: the creation of a VirtualMachineInstanceMigration (docs/migration.md §4) -----------
+
+
+def vmim(**spec):
+    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+            "metadata": {"generateName": "kubevirt-migrate-vm-", "namespace": "default"},
+            "spec": {"vmiName": "testvmi", **spec}}
+
+
+def test_the_migration_webhook_fails_open_and_holds_a_migrations_creator_up_3_s_at_most(webhooks):
+    """Down or slow, no migration is refused (QEMU VMIs' evacuations go on); a Cloud Hypervisor
+    VMI's migration then starts and its launcher fails it with the same reason."""
+    hook = migration_webhook(webhooks)
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["sideEffects"] == "None" and hook["timeoutSeconds"] <= 3
+    assert hook["rules"] == [{"apiGroups": ["kubevirt.io"], "apiVersions": ["v1"],
+                              "resources": ["virtualmachineinstancemigrations"], "operations": ["CREATE"],
+                              "scope": "Namespaced"}]
+    assert hook["matchPolicy"] == "Equivalent"  # v1alpha3 requests arrive as v1
+
+
+@pytest.mark.parametrize("obj, sent", [
+    (vmim(), True),
+    ({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration", "metadata": {"name": "m"}}, True),
+    (vmim(sendTo={"migrationID": "m-1", "connectURL": "sync:9185"}), True),
+    (vmim(sendTo={"migrationID": "m-1"}, receive={"migrationID": "m-1"}), True),
+    (vmim(receive={"migrationID": "m-1"}), False),
+], ids=["local", "no-spec", "decentralized-source", "both-sides", "decentralized-target"])
+def test_every_migration_reaches_the_server_but_a_decentralized_receiver(webhooks, obj, sent):
+    """The VMI's annotation is not in the request: the server reads the VMI. What the
+    matchCondition keeps away, the server would leave alone too."""
+    from admission import migrations
+    from admission.review import parse_review
+    from tests.unit.admission import builders
+
+    hook = migration_webhook(webhooks)
+    assert webhook_matches(hook, "VirtualMachineInstanceMigration", obj) is sent
+    if not sent:
+        assert not isinstance(migrations.wants_vmi(parse_review(builders.review(obj))), migrations.VMIName)

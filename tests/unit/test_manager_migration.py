@@ -19,6 +19,7 @@ import ch_launcher.convert
 from ch_launcher.kubevirt.vmi import parse_vmi
 from ch_launcher.lifecycle import Intent, VmState
 from ch_launcher.manager import DomainManager
+from ch_launcher.manager.settings import CommandFailed
 from demo import LauncherLayout
 from tests.functional.migration_handler import DEFAULT_OPTIONS, migratable_vmi, migrating
 from tests.unit.test_manager import _manager
@@ -97,3 +98,36 @@ def test_the_received_vms_stats_are_served_with_no_migration_job(layouts):
         assert stats["Name"] == "default_migvmi" and stats["MigrateDomainJobInfo"]["DataProcessedSet"] is False
 
     _after_a_migration(layouts, then)
+
+
+@pytest.mark.parametrize("state", [
+    {"sourceNode": "node-a", "targetNode": "node-b"},
+    {"migrationUID": "m-1", "sourceNode": "node-a"},  # the decentralized states' key, at the wrong level
+    {"migrationUid": "m-1", "sourceState": {"node": "node-a"}},  # decentralized: sourceState's UID, here none
+], ids=["no-uid", "peer-key-at-top-level", "decentralized-without-uid"])
+def test_a_migrate_call_without_a_migration_uid_is_refused_in_band_and_nothing_is_published(layouts, state):
+    # virt-handler reads the Domain's migration result only under the VMI's migration UID: a
+    # result published under "" is never read, and virt-handler calls Migrate for ever.
+    raw = _vmi()
+    source, sink = _manager(layouts[0], raw)
+    vmi = migrating(raw, "unused")
+    vmi["status"]["migrationState"] = state
+
+    async def story():
+        await source.start()
+        try:
+            await source.execute(Intent.SYNC, parse_vmi(raw), budget=15)
+            published = len(sink.domains)
+            with pytest.raises(CommandFailed) as refused:
+                await source.migrate(parse_vmi(vmi), json.dumps(DEFAULT_OPTIONS).encode())
+            assert str(refused.value) == (
+                "cannot migrate VMI without a migration UID: status.migrationState.migrationUid "
+                "(sourceState.migrationUID for a decentralized migration) is empty, so virt-handler could "
+                "never match this migration's result")
+            assert _domain(source)["Spec"]["Metadata"]["KubeVirt"].get("Migration") is None
+            assert len(sink.domains) == published
+            assert source.state is VmState.RUNNING
+        finally:
+            await source.close()
+
+    asyncio.run(story())

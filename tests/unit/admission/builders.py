@@ -91,8 +91,21 @@ _RESOURCES = {
     "VirtualMachine": ("kubevirt.io", "v1", "virtualmachines"),
     "VirtualMachineInstanceReplicaSet": ("kubevirt.io", "v1", "virtualmachineinstancereplicasets"),
     "VirtualMachinePool": ("pool.kubevirt.io", "v1beta1", "virtualmachinepools"),
+    "VirtualMachineInstanceMigration": ("kubevirt.io", "v1", "virtualmachineinstancemigrations"),
     "Pod": ("", "v1", "pods"),
 }
+
+
+def vmim(vmi_name: str = "testvmi", name: str = "", **spec: Any) -> dict[str, Any]:
+    """A VirtualMachineInstanceMigration of `vmi_name` (`virtctl migrate` names it
+    `kubevirt-migrate-vm-` + a generated suffix)."""
+    meta: dict[str, Any] = {"namespace": "default"}
+    if name:
+        meta["name"] = name
+    else:
+        meta["generateName"] = "kubevirt-migrate-vm-"
+    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration", "metadata": meta,
+            "spec": {"vmiName": vmi_name, **spec}}
 
 
 def review(obj: Any, operation: str = "CREATE", old: Any = None, kind: str | None = None,

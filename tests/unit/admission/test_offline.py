@@ -297,3 +297,52 @@ def test_the_installed_ch_admission_command_takes_the_kubevirt_cr(tmp_path):
     assert proc.stdout.splitlines()[:2] == [f"{path}#0: VirtualMachineInstance testvmi: DENIED", USB_CAUSE]
     proc = subprocess.run([str(command), "check", "--help"], capture_output=True, text=True, timeout=60)
     assert "--kubevirt-cr FILE" in proc.stdout
+
+
+# --- migrations, judged against the VMI among the files (admission/migrations.py) -------------------
+
+
+def test_check_judges_a_migration_against_its_vmi_in_the_files(tmp_path):
+    stuck, movable = b.vmi(name="stuck", annotations=b.CH), b.vmi(name="movable", annotations=b.CH, volumes=[])
+    movable["spec"]["domain"]["devices"] = {"disks": [], "autoattachPodInterface": False}
+    path = tmp_path / "vmis.yaml"
+    path.write_text(yaml.safe_dump_all([stuck, movable, b.vmi(name="plain")]))
+    vmims = tmp_path / "vmims.yaml"
+    vmims.write_text(yaml.safe_dump_all([b.vmim("stuck", name="m1"), b.vmim("movable", name="m2"),
+                                         b.vmim("plain", name="m3"), b.vmim("elsewhere", name="m4")]))
+    code, out = run(["check", str(path), str(vmims)])
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[lines.index(f"{vmims}#0: VirtualMachineInstanceMigration m1: DENIED") + 1] == (
+        "  Cannot migrate VMI, Reason: DisksNotLiveMigratable, Message: volume 'containerdisk' (containerDisk) is "
+        "local to the pod and writable: Cloud Hypervisor cannot copy disks during a migration")
+    assert f"{vmims}#1: VirtualMachineInstanceMigration m2: allowed" in lines
+    assert (f"{vmims}#2: VirtualMachineInstanceMigration m3: its VMI plain is not selected for Cloud Hypervisor "
+            "(kubevirt-ch.io/hypervisor: cloud-hypervisor); skipped") in lines
+    assert (f"{vmims}#3: VirtualMachineInstanceMigration m4: its VMI default/elsewhere is not among the files (the "
+            "webhook reads it from the cluster); skipped") in lines
+    assert lines[-1] == "4 checked, 1 denied"  # both annotated VMIs run (allowed); two migrations judged
+    code, out = run(["check", "--all", str(path), str(vmims)])
+    assert f"{vmims}#2: VirtualMachineInstanceMigration m3: DENIED" in out.splitlines(), "--all selects its VMI too"
+
+
+def test_check_with_the_kubevirt_cr_applies_its_migrating_eviction_default_as_virt_api_does(tmp_path):
+    cr = copy.deepcopy(KUBEVIRT_CR)
+    cr["spec"]["configuration"]["evictionStrategy"] = "LiveMigrate"
+    path, crf = tmp_path / "objs.yaml", tmp_path / "kubevirt.yaml"
+    path.write_text(yaml.safe_dump_all([b.vmi(annotations=b.CH), b.vm(b.vmi(annotations=b.CH))]))
+    crf.write_text(yaml.safe_dump(cr))
+    code, out = run(["check", "--kubevirt-cr", str(crf), str(path)])
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[:2] == [f"{path}#0: VirtualMachineInstance testvmi: DENIED",
+                         "  spec.evictionStrategy: FieldValueNotSupported: spec.evictionStrategy is not supported: "
+                         "LiveMigrate (the cluster's default, the KubeVirt CR's configuration.evictionStrategy, "
+                         "which virt-api sets in every VMI without its own): Cloud Hypervisor cannot live-migrate this "
+                         "VMI (DisksNotLiveMigratable: volume 'containerdisk' (containerDisk) is local to the pod and "
+                         "writable: Cloud Hypervisor cannot copy disks during a migration), so a node drain would "
+                         "block on migrations that fail; use None or External, or make the VMI migratable"]
+    assert f"{path}#1: VirtualMachine testvm: allowed" in lines
+    assert any(x.startswith("  warning: spec.template.spec.evictionStrategy is not set, so virt-api will set the "
+                            "cluster's default LiveMigrate") for x in lines), out
+    assert run(["check", str(path)])[0] == 0, "without the CR nothing is known"

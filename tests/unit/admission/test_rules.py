@@ -438,3 +438,59 @@ def test_virtctl_addvolume_on_a_running_vm_is_allowed_with_warnings_for_its_bus_
     warnings = " ".join(response["warnings"])
     assert "disk.bus 'scsi' of a hotplugged disk is attached as virtio-blk" in warnings
     assert "is truncated to 'a-data-volume-longer'" in warnings
+
+
+# --- the cluster's default eviction strategy (KubeVirt CR spec.configuration.evictionStrategy) ---
+# virt-api writes it into every new VMI without its own (pkg/defaults/defaults.go:
+# setDefaultEvictionStrategy) before the webhooks see it, but not into owners' templates.
+
+def drain_warnings(response):
+    return [w for w in response.get("warnings", []) if "a node drain would block on it" in w]
+
+
+@pytest.mark.parametrize("default", ["LiveMigrate", "LiveMigrateIfPossible"])
+def test_a_template_that_cannot_migrate_and_would_take_the_clusters_migrating_default_is_warned(default):
+    kubevirt = KubeVirtStatus(version="v1.9.0", eviction_strategy=default)
+    response, verdict = decide(b.review(b.vm(b.vmi(annotations=CH))), kubevirt)
+    assert response["allowed"] is True and verdict == "warned"
+    assert drain_warnings(response) == [
+        f"spec.template.spec.evictionStrategy is not set, so virt-api will set the cluster's default {default} "
+        "(the KubeVirt CR's configuration.evictionStrategy) in the VMI, which is then refused: Cloud Hypervisor "
+        "cannot live-migrate it (DisksNotLiveMigratable: volume 'containerdisk' (containerDisk) is local to the pod "
+        "and writable: Cloud Hypervisor cannot copy disks during a migration), so a node drain would block on it; "
+        "set None (the VM stops on a drain) or External, or make the VMI migratable"]
+
+
+def test_a_vmi_given_the_clusters_migrating_default_is_refused_saying_where_it_came_from():
+    vmi = b.vmi(annotations=CH, evictionStrategy="LiveMigrate")  # as virt-api defaulted it
+    response, verdict = decide(b.review(vmi), KubeVirtStatus(version="v1.9.0", eviction_strategy="LiveMigrate"))
+    assert verdict == "denied"
+    assert causes(response)[0]["message"].startswith(
+        "spec.evictionStrategy is not supported: LiveMigrate (the cluster's default, the KubeVirt CR's "
+        "configuration.evictionStrategy, which virt-api sets in every VMI without its own): Cloud Hypervisor "
+        "cannot live-migrate this VMI (DisksNotLiveMigratable: ")
+    other = decide(b.review(vmi), KubeVirtStatus(version="v1.9.0", eviction_strategy="None"))[0]
+    assert causes(other)[0]["message"].startswith(
+        "spec.evictionStrategy is not supported: LiveMigrate: Cloud Hypervisor cannot live-migrate"), "its own"
+
+
+@pytest.mark.parametrize("default, own, migratable", [
+    ("None", None, False), ("External", None, False), ("", None, False),   # the default does not migrate
+    ("LiveMigrate", "None", False), ("LiveMigrate", "External", False),   # the template's own strategy wins
+    ("LiveMigrate", None, True),                                           # it can migrate
+])
+def test_no_drain_warning_when_the_default_does_not_apply_or_does_not_block(default, own, migratable):
+    vmi = b.vmi(annotations=CH) if not migratable else b.vmi(annotations=CH, volumes=[])
+    if migratable:
+        vmi["spec"]["domain"]["devices"] = {"disks": [], "autoattachPodInterface": False}
+    if own is not None:
+        vmi["spec"]["evictionStrategy"] = own
+    response, _ = decide(b.review(b.vm(vmi)), KubeVirtStatus(version="v1.9.0", eviction_strategy=default))
+    assert response["allowed"] is True and drain_warnings(response) == [], response
+
+
+def test_the_default_eviction_strategy_is_read_from_the_kubevirt_cr():
+    cr = {"spec": {"configuration": {"evictionStrategy": "LiveMigrate"}},
+          "status": {"observedKubeVirtVersion": "v1.9.0"}}
+    assert KubeVirtStatus.from_cr(cr).eviction_strategy == "LiveMigrate"
+    assert KubeVirtStatus.from_cr({"status": {"observedKubeVirtVersion": "v1.9.0"}}).eviction_strategy == ""

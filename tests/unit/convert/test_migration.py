@@ -68,9 +68,10 @@ def test_virtiofs_and_pod_network_bridge_cannot_migrate():
     assert [r for r, _ in fs] == ["VirtIOFSNotLiveMigratable"]
     bridge = blockers(vmi([{"name": "default", "bridge": {}}]))
     assert [r for r, _ in bridge] == ["InterfaceNotLiveMigratable"]
-    allowed = vmi([{"name": "default", "bridge": {}}])
-    allowed["metadata"]["annotations"] = {"kubevirt.io/allow-pod-bridge-network-live-migration": "true"}
-    assert blockers(allowed) == []
+    for value in ("true", "", "false"):  # VerifyVMIMigratable checks only that the annotation is there
+        allowed = vmi([{"name": "default", "bridge": {}}])
+        allowed["metadata"]["annotations"] = {"kubevirt.io/allow-pod-bridge-network-live-migration": value}
+        assert blockers(allowed) == [], value
 
 
 def test_the_reasons_read_as_kubevirts_condition_reasons():
