@@ -64,8 +64,10 @@ from typing import Any
 
 import yaml
 
+from tests.builders import new_vmi, with_hypervisor, with_memory
 from tests.manifests.pod import Container
-from tests.manifests.render import MANIFESTS, REPO, kubectl as kubectl_binary, one, render
+from tests.manifests.render import MANIFESTS, REPO, one, render
+from tests.manifests.render import kubectl as kubectl_binary
 from tests.netns import kill_processes_in, sweep_stale_namespaces
 
 SHARED_K8S = REPO.parent / "shared" / "k8s"
@@ -299,11 +301,7 @@ class Cluster:
         container.start(timeout=timeout)
         self.admission = container
         (self.run_dir / "admission.pid").write_text(f"{container.proc.pid}\n")  # down.sh stops it too
-        probe = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-                 "metadata": {"name": "harness-probe", "namespace": "default",
-                              "annotations": {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"}},
-                 "spec": {"domain": {"memory": {"guest": "128Mi"}, "devices": {}}}}
-        text = self.yaml(probe)
+        text = self.yaml(new_vmi("harness-probe", with_hypervisor(), with_memory("128Mi")))
         self.wait_for(lambda: "failed calling webhook" not in self.kubectl("create", "--dry-run=server", "-f", "-",
                                                                            input=text).out,
                       "the API server to reach ch-admission", timeout=timeout)

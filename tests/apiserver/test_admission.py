@@ -16,7 +16,16 @@ import yaml
 from admission.mutate import RECORD_ANNOTATION
 from tests.apiserver.cluster import REPO, Run
 from tests.apiserver.readme import row_showing
-
+from tests.builders import (
+    new_vmi,
+    with_annotations,
+    with_cdrom,
+    with_container_disk,
+    with_devices,
+    with_masquerade,
+    with_memory,
+    with_spec,
+)
 
 CH = {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"}
 GRAPHICS = "no display (VNC) on Cloud Hypervisor; use the serial console"
@@ -27,25 +36,18 @@ VALIDATOR = '"virtualmachineinstances.validator.kubevirt-ch.io"'
 def spec(graphics: bool = False, cdrom: bool = False, memory: str | None = "128Mi", **extra: Any) -> dict[str, Any]:
     """A VMI spec Cloud Hypervisor runs; `graphics` leaves KubeVirt's default display on (a
     warning), `cdrom` adds a CD-ROM (a denial)."""
-    devices: dict[str, Any] = {"disks": [{"name": "root", "disk": {"bus": "virtio"}}],
-                               "interfaces": [{"name": "default", "masquerade": {}}]}
-    volumes = [{"name": "root", "containerDisk": {"image": "quay.io/containerdisks/fedora:latest"}}]
+    options = [with_container_disk("quay.io/containerdisks/fedora:latest", name="root"), with_masquerade()]
     if not graphics:
-        devices["autoattachGraphicsDevice"] = False
+        options.append(with_devices(autoattachGraphicsDevice=False))
     if cdrom:
-        devices["disks"].append({"name": "iso", "cdrom": {"bus": "sata"}})
-        volumes.append({"name": "iso", "containerDisk": {"image": "example.org/installer:latest"}})
-    domain: dict[str, Any] = {"devices": devices}
+        options.append(with_cdrom("iso", "example.org/installer:latest"))
     if memory:
-        domain["memory"] = {"guest": memory}
-    return {"domain": domain, "networks": [{"name": "default", "pod": {}}], "volumes": volumes, **extra}
+        options.append(with_memory(memory))
+    return new_vmi("template", *options, with_spec(**extra))["spec"]
 
 
 def vmi(name: str, annotations: dict | None = CH, **kw: Any) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": "default"}
-    if annotations is not None:
-        meta["annotations"] = dict(annotations)
-    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": meta, "spec": spec(**kw)}
+    return new_vmi(name, with_annotations(annotations), with_spec(**spec(**kw)))
 
 
 def vm(name: str, template_annotations: dict | None = CH, own: dict | None = None, **kw: Any) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import pytest
 
 from tests.apiserver.cluster import SORT_NOTICE
 from tests.apiserver.readme import row_showing
+from tests.builders import new_vmi, with_hypervisor, with_memory
 from tests.manifests.render import MANIFESTS, one, render
 
 SA = "system:serviceaccount:kubevirt-ch:ch-admission"
@@ -83,10 +84,7 @@ def test_the_policies_type_check_without_warnings(cluster, policy):
         if policy == "kubevirt-ch-guard":
             cluster.ok("delete", "-k", "addon_manifests/guard/")
             # the API server drops a deleted policy within about a second: let no later test meet it
-            probe = cluster.yaml({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-                                  "metadata": {"name": "after-guard", "namespace": "default",
-                                               "annotations": {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"}},
-                                  "spec": {"domain": {"memory": {"guest": "128Mi"}, "devices": {}}}})
+            probe = cluster.yaml(new_vmi("after-guard", with_hypervisor(), with_memory("128Mi")))
             cluster.wait_for(lambda: "kubevirt-ch-guard" not in cluster.kubectl(
                 "create", "--dry-run=server", "-f", "-", input=probe).out, "the guard to be gone")
 
@@ -148,10 +146,7 @@ def test_a_webhook_configuration_replaced_without_its_ca_fails_with_x509_until_t
     config = one(render(MANIFESTS), "ValidatingWebhookConfiguration", "kubevirt-ch-validator")
     try:
         assert cluster.kubectl("replace", "-f", "-", input=cluster.yaml(config)).rc == 0
-        vmi = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-               "metadata": {"name": "no-ca", "namespace": "default",
-                            "annotations": {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"}},
-               "spec": {"domain": {"memory": {"guest": "128Mi"}, "devices": {}}}}
+        vmi = new_vmi("no-ca", with_hypervisor(), with_memory("128Mi"))
         r = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=cluster.yaml(vmi))
         assert (r.rc, r.lines) == (1, [
             'Error from server (InternalError): error when creating "STDIN": Internal error occurred: failed calling '

@@ -23,9 +23,13 @@ from typing import Any
 import pytest
 
 from tests.apiserver.cluster import Cluster
+from tests.builders import new_vmi, with_hypervisor, with_label, with_memory
 from tests.manifests.render import MANIFESTS, one, render
 from tests.unit.admission.virt_controller import (
-    has_outdated_label, is_outdated, prepare_vmi_patch, set_launcher_container_info,
+    has_outdated_label,
+    is_outdated,
+    prepare_vmi_patch,
+    set_launcher_container_info,
 )
 
 pytestmark = pytest.mark.apiserver
@@ -45,10 +49,7 @@ READY = [{"type": "Ready", "status": "True"}]
 
 
 def vmi(name: str) -> dict[str, Any]:
-    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-            "metadata": {"name": name, "namespace": "default", "labels": {"app": name},
-                         "annotations": {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"}},
-            "spec": {"domain": {"memory": {"guest": "128Mi"}, "devices": {}}}}
+    return new_vmi(name, with_label("app", name), with_hypervisor(), with_memory("128Mi"))
 
 
 class Controllers:

@@ -11,7 +11,6 @@ are KubeVirt's business."""
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import subprocess
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ import pytest
 
 from tests.apiserver.cluster import REPO
 from tests.apiserver.readme import row_showing
+from tests.builders import new_vmi, with_annotations, with_devices, with_masquerade, with_memory, with_spec
 
 pytestmark = pytest.mark.apiserver
 
@@ -32,16 +32,10 @@ READONLY_ROOT = {"devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"
 
 def vmi(name: str, strategy: str, disks: dict[str, Any] | None = None, ch: bool = True) -> dict[str, Any]:
     # masquerade: the pod network's default bridge binding cannot migrate (KubeVirt's own rule)
-    devices = {"autoattachGraphicsDevice": False, "interfaces": [{"name": "default", "masquerade": {}}]}
-    spec: dict[str, Any] = {"evictionStrategy": strategy, "networks": [{"name": "default", "pod": {}}],
-                            "domain": {"memory": {"guest": "128Mi"}, "devices": devices}}
-    if disks is not None:
-        devices.update(copy.deepcopy(disks["devices"]))
-        spec["volumes"] = copy.deepcopy(ROOT)
-    meta: dict[str, Any] = {"name": name, "namespace": "default"}
-    if ch:
-        meta["annotations"] = dict(CH_ANNOTATIONS)
-    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": meta, "spec": spec}
+    root = [with_devices(**disks["devices"]), with_spec(volumes=ROOT)] if disks is not None else []
+    return new_vmi(name, with_spec(evictionStrategy=strategy), with_masquerade(),
+                   with_devices(autoattachGraphicsDevice=False), with_memory("128Mi"), *root,
+                   with_annotations(CH_ANNOTATIONS if ch else None))
 
 
 def vm(name: str, strategy: str, disks: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from admission.mutate import RECORD_ANNOTATION
 from admission.overhead import ch_overhead
 from ch_launcher.kubevirt.quantity import MiB, quantity_bytes
 from ch_launcher.kubevirt.vmi import parse_vmi
+from tests.builders import with_namespace, with_uid
 from tests.fakes.fake_kube_api import FakeKubeAPI
 from tests.functional.admission_harness import CONFIG, AdmissionServer, client, make_tls, post_review
 from tests.unit.admission import builders as b
@@ -37,9 +38,7 @@ def server(api, tls):
 
 
 def a_vmi(name, namespace="ns1", **kw):
-    obj = b.vmi(name=name, annotations=b.CH, **kw)
-    obj["metadata"].update(namespace=namespace, uid=f"uid-of-{name}")
-    return obj
+    return b.vmi(with_namespace(namespace), with_uid(f"uid-of-{name}"), name=name, annotations=b.CH, **kw)
 
 
 def mutate(https, server, pod, namespace="ns1"):

@@ -19,6 +19,7 @@ import tempfile
 import pytest
 
 from demo import FAKE_CH
+from tests.builders import with_cpu
 from tests.functional import kubevirt_runtime as vh
 from tests.functional.harness import Harness, RealVmm, make_vmi
 from tests.functional.pod_fixtures import real_vmm, real_vmm_reason, vmm_info
@@ -28,9 +29,7 @@ pytestmark = pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs: one for t
 
 
 def dedicated_vmi(**cpu) -> dict:
-    vmi = make_vmi()
-    vmi["spec"]["domain"]["cpu"] = {"cores": 1, "dedicatedCpuPlacement": True, "isolateEmulatorThread": True, **cpu}
-    return vmi
+    return make_vmi(with_cpu(**{"cores": 1, "dedicatedCpuPlacement": True, "isolateEmulatorThread": True, **cpu}))
 
 
 def threads(pid: int) -> dict[str, set[int]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.builders import with_cpu, with_interfaces, with_networks
 from tests.functional.harness import Harness, make_vmi
 from tests.functional.pod_fixtures import vmm_info
 from tests.functional.pod_probes import check_privileges, hashed_pod_interface, udhcpc
@@ -22,9 +23,7 @@ GUEST_MAC = "52:54:00:12:34:56"
 
 
 def nic_vmi(interfaces, networks, *, cores: int = 1, **devices) -> dict:
-    vmi = make_vmi(devices={"interfaces": interfaces, **devices}, networks=networks)
-    vmi["spec"]["domain"]["cpu"] = {"cores": cores}
-    return vmi
+    return make_vmi(with_interfaces(interfaces), with_networks(networks), with_cpu(cores=cores), devices=devices)
 
 
 def nets(harness: Harness) -> list[dict]:

@@ -38,6 +38,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.builders import (
+    new_vmi,
+    with_container_disk,
+    with_devices,
+    with_domain,
+    with_hypervisor,
+    with_memory,
+    with_namespace,
+)
 from tests.conftest import SHARED, require_shared
 from tests.functional import kubevirt_runtime as vh
 from tests.functional.pod_fixtures import real_binary, real_vmm_reason
@@ -57,18 +66,9 @@ KEPT = re.compile(r"launcher log: (\S+)/launcher\.log, kept\)")
 
 
 def vmi(**domain) -> dict:
-    body = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-            "metadata": {"name": "vmi-probe", "annotations": {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"}},
-            "spec": {"domain": {"devices": {"autoattachPodInterface": False,
-                                            "disks": [{"name": "containerdisk", "disk": {"bus": "virtio"}}]},
-                                "memory": {"guest": "128Mi"}, "resources": {}},
-                     "volumes": [{"name": "containerdisk", "containerDisk": {"image": "registry:5000/fedora:devel"}}]}}
-    for key, value in domain.items():
-        if key == "devices":
-            body["spec"]["domain"]["devices"].update(value)
-        else:
-            body["spec"]["domain"][key] = value
-    return body
+    return new_vmi("vmi-probe", with_namespace(None), with_hypervisor(), with_devices(autoattachPodInterface=False),
+                   with_container_disk("registry:5000/fedora:devel"), with_memory("128Mi"), with_domain(resources={}),
+                   with_devices(**domain.pop("devices", {})), with_domain(**domain))
 
 
 # feature -> (VMI, whether AdjustResources acts on it). Dedicated CPUs without isolateEmulatorThread:

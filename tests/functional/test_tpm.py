@@ -14,19 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.functional.harness import Harness, make_vmi
+from tests.builders import with_devices, with_status
+from tests.functional.harness import FIRMWARE_UUID, Harness, make_vmi
 from tests.functional.story_fixtures import BOTH_VMMS
 
 pytestmark = pytest.mark.skipif(shutil.which("swtpm") is None, reason="swtpm is not installed (Debian package "
                                 "swtpm; make test installs it as root)")
-UUID = "5d307ca9-b3ef-428c-8861-06e72d69f223"  # make_vmi's firmware uuid
+UUID = FIRMWARE_UUID
 
 
 def tpm_vmi(uid: str | None = None) -> dict:
-    vmi = make_vmi(uid=uid)
-    vmi["spec"]["domain"]["devices"]["tpm"] = {"persistent": True}
-    vmi["status"]["runtimeUser"] = 107  # non-root, KubeVirt's default
-    return vmi
+    return make_vmi(with_devices(tpm={"persistent": True}),
+                    with_status(runtimeUser=107),  # non-root, KubeVirt's default
+                    uid=uid)
 
 
 def state_dir(vh: Harness) -> Path:

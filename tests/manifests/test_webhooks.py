@@ -13,6 +13,7 @@ import pytest
 
 from admission import cli as admission_cli
 from admission.selection import target
+from tests.builders import apply, with_labels, with_status
 from tests.manifests import samples
 from tests.manifests.cel import old_object_outside_update, unguarded_accesses, webhook_matches
 from tests.manifests.render import one
@@ -275,10 +276,9 @@ CONTROLLER = "system:serviceaccount:kubevirt:kubevirt-controller"
 
 
 def reported_vmi(annotations=samples.CH, phase="Running", labelled=True, image="ghcr.io/kubevirt-ch/ch-launcher:v0.1.0"):
-    vmi = samples.vmi(annotations)
-    vmi["metadata"]["labels"] = {"kubevirt.io/outdatedLauncherImage": ""} if labelled else {"app": "web"}
-    vmi["status"] = {"phase": phase, "launcherContainerImageVersion": image}
-    return vmi
+    return apply(samples.vmi(annotations),
+                 with_labels({"kubevirt.io/outdatedLauncherImage": ""} if labelled else {"app": "web"}),
+                 with_status(phase=phase, launcherContainerImageVersion=image))
 
 
 def test_the_launcher_status_webhook_fails_open_and_never_holds_virt_controller_up(webhooks):

@@ -15,6 +15,7 @@ from admission.overhead import KUBEVIRT_V1_9_0, ch_overhead, kubevirt_overhead
 from admission.review import parse_review
 from ch_launcher.kubevirt.quantity import MiB, quantity_bytes
 from ch_launcher.kubevirt.vmi import parse_vmi
+from tests.builders import with_uid
 from tests.unit.admission import builders as b
 from tests.unit.admission.builders import CH
 from tests.unit.admission.jsonpatch import apply_patch
@@ -24,9 +25,7 @@ IMAGE = CONFIG.launcher.image
 
 
 def the_vmi(**kw):
-    obj = b.vmi(annotations=CH, **kw)
-    obj["metadata"]["uid"] = "vmi-uid"
-    return obj
+    return b.vmi(with_uid("vmi-uid"), annotations=CH, **kw)
 
 
 def run(pod, vmi=None, vmi_error=None, kubevirt=None):
