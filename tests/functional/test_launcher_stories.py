@@ -10,6 +10,7 @@ the `pod` sandbox)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import select
@@ -22,6 +23,7 @@ from demo import CmdClient
 from tests.functional.harness import make_vmi, wait_for_file
 from tests.functional.pod_probes import capabilities
 from tests.functional.story_fixtures import BOTH_VMMS
+from tests.polling import until
 
 UNDELIVERED = b"cannot deliver a notification"  # the launcher's warning when virt-handler's pipe is not there
 
@@ -413,9 +415,8 @@ def test_soft_reboot_shuts_the_guest_down_cleanly_and_boots_it_again(vh):
         since = len(vh.recorder.events)
         await vh.client.vmi_command("SoftRebootVirtualMachine", vh.vmi)
         await vh.recorder.wait_for(lambda e: e.status == "Running", since=since, timeout=10)
-        deadline = time.monotonic() + 10
-        while vh.launcher.children() in ([], [old]) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        with contextlib.suppress(TimeoutError):
+            await until(lambda: vh.launcher.children() not in ([], [old]), 10, 0.05)
         assert vh.launcher.children() and vh.launcher.children() != [old]
         if vh.simulated:  # a real VMM's log (where its requests are counted) starts afresh
             assert len(vh.requests("vm.power-button")) == 1 and len(vh.requests("vm.boot")) == 2

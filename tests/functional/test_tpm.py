@@ -6,10 +6,9 @@ uid 107), whose CRB TPM initialises the TPM at boot as the simulation does."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from tests.builders import with_devices, with_status
 from tests.functional.harness import FIRMWARE_UUID, Harness, make_vmi
 from tests.functional.story_fixtures import BOTH_VMMS
+from tests.polling import until
 
 pytestmark = pytest.mark.skipif(shutil.which("swtpm") is None, reason="swtpm is not installed (Debian package "
                                 "swtpm; make test installs it as root)")
@@ -83,7 +83,7 @@ def test_a_persistent_tpm_runs_swtpm_which_the_vmm_uses_and_its_state_survives_a
     again = second.run(boot_and_stop(second))
     # A TPM manufactured anew differs in its random seeds, in hundreds of bytes; the same TPM
     # loaded again at most in a few counters (the real VMM's TPM2_Startup: the reset count).
-    changed = sum(a != b for a, b in zip(state, again)) + abs(len(state) - len(again))
+    changed = sum(a != b for a, b in zip(state, again, strict=False)) + abs(len(state) - len(again))
     assert changed < 32, f"{changed} bytes of the TPM state changed: the restarted TPM is a new one"
 
 
@@ -100,9 +100,8 @@ def test_a_soft_reboot_keeps_swtpm_and_the_new_vmm_connects_to_it(new_harness):
         await vh.client.vmi_command("SoftRebootVirtualMachine", vh.vmi)
         # the guest shuts down, then a new VMM boots the VM, connects to the same swtpm and
         # initialises the TPM again
-        deadline = time.monotonic() + 20
-        while not permall(vh).is_file() and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        with contextlib.suppress(TimeoutError):
+            await until(lambda: permall(vh).is_file(), 20, 0.05)
         assert permall(vh).is_file(), f"no new VMM initialised the TPM\n{vh.log_text()[-2000:]}"
         assert vh.launcher.children() not in ([], [old])
         if vh.simulated:  # a real VMM's log (where its requests are counted) starts afresh
