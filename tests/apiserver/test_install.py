@@ -49,7 +49,8 @@ def test_applying_again_changes_nothing(cluster):
     again = cluster.kubectl("apply", "-k", "addon_manifests/")
     assert again.rc == 0
     expected = [f"{name} unchanged" for name in INSTALLED]
-    expected[INSTALLED.index("poddisruptionbudget.policy/ch-admission")] = "poddisruptionbudget.policy/ch-admission configured"
+    pdb = "poddisruptionbudget.policy/ch-admission"
+    expected[INSTALLED.index(pdb)] = f"{pdb} configured"
     assert again.without_sort_notice() == expected
     after = cluster.json("get", "pdb", "ch-admission", "-n", "kubevirt-ch")["metadata"]
     assert (after["resourceVersion"], after["generation"]) == (before["resourceVersion"], before["generation"])
@@ -106,7 +107,8 @@ def test_the_service_account_has_exactly_its_intended_rights(cluster):
         "virtualmachineinstances.kubevirt.io [] [] [get]",
     ]
     assert rules(cluster, "default") == cluster_wide
-    assert rules(cluster, "kubevirt-ch") == sorted(cluster_wide + [
+    assert rules(cluster, "kubevirt-ch") == sorted([
+        *cluster_wide,
         "deployments.apps [] [ch-admission] [get]",
         "events [] [] [create]",
         "secrets [] [] [create]",
@@ -149,10 +151,10 @@ def test_a_webhook_configuration_replaced_without_its_ca_fails_with_x509_until_t
         vmi = new_vmi("no-ca", with_hypervisor(), with_memory("128Mi"))
         r = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=cluster.yaml(vmi))
         assert (r.rc, r.lines) == (1, [
-            'Error from server (InternalError): error when creating "STDIN": Internal error occurred: failed calling '
-            'webhook "virtualmachineinstances.validator.kubevirt-ch.io": failed to call webhook: Post '
-            '"https://ch-admission.kubevirt-ch.svc:443/validate?timeout=5s": tls: failed to verify certificate: '
-            'x509: certificate signed by unknown authority'])
+            ('Error from server (InternalError): error when creating "STDIN": Internal error occurred: failed calling '
+             'webhook "virtualmachineinstances.validator.kubevirt-ch.io": failed to call webhook: Post '
+             '"https://ch-admission.kubevirt-ch.svc:443/validate?timeout=5s": tls: failed to verify certificate: '
+             'x509: certificate signed by unknown authority')])
         assert "`x509: certificate signed by unknown authority`" in row_showing(r.lines[0])
     finally:
         cluster.stop_admission()

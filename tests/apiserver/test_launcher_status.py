@@ -219,7 +219,7 @@ def test_with_the_server_down_a_write_goes_through_as_sent_and_a_resync_makes_it
     c.start(CH)
     assert row_of(outdated_command(cluster).stdout, "ls-outage")[-2:] == ["current", "current"]
     with cluster.admission_stopped():
-        c.reconcile(CH, conditions=READY + [{"type": "LiveMigratable", "status": "True"}])
+        c.reconcile(CH, conditions=[*READY, {"type": "LiveMigratable", "status": "True"}])
         assert looks(c.get(), c.kv) == "outdated"
     listed = outdated_command(cluster)
     assert listed.returncode == 1

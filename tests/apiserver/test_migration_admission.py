@@ -126,8 +126,8 @@ def test_kubectl_create_of_a_migration_cloud_hypervisor_cannot_carry_out_prints_
     path.write_text(cluster.yaml(vmim("mig-stuck-1", "mig-stuck")))
     r = cluster.kubectl("create", "-f", str(path))
     assert r.rc == 1
-    assert r.lines == [f'Error from server: error when creating "{path}": admission webhook '
-                       f'{MIGRATION_WEBHOOK} denied the request: {MIGRATION_REFUSAL}'], r.out
+    assert r.lines == [(f'Error from server: error when creating "{path}": admission webhook '
+                        f'{MIGRATION_WEBHOOK} denied the request: {MIGRATION_REFUSAL}')], r.out
     assert cluster.kubectl("get", "vmim", "mig-stuck-1", "-n", "default").rc == 1, "nothing was created"
     row_showing(r.lines[0])
 
@@ -150,7 +150,8 @@ def test_virtctl_migrate_prints_the_refusal(cluster):
     from tests.conftest import require_shared
 
     unpack = require_shared(REPO.parent / "shared" / "unpack.sh")
-    virtctl = subprocess.run([str(unpack), "kubevirt/virtctl"], capture_output=True, text=True, check=True).stdout.strip()
+    virtctl = subprocess.run([str(unpack), "kubevirt/virtctl"], capture_output=True, text=True,
+                             check=True).stdout.strip()
     machine = vm("mig-vm", "None", CONTAINER_DISK)
     for key in ("name", "namespace"):
         machine["spec"]["template"]["metadata"].pop(key, None)
@@ -212,18 +213,18 @@ def test_the_clusters_migrating_default_refuses_a_vmi_that_cannot_migrate_and_wa
         ok = dry_run(cluster, movable)
         warned = dry_run(cluster, machine)
     assert r.rc == 1 and r.lines == [
-        "The request is invalid: spec.evictionStrategy: spec.evictionStrategy is not supported: LiveMigrate (the "
-        "cluster's default, the KubeVirt CR's configuration.evictionStrategy, which virt-api sets in every VMI without "
-        "its own): Cloud Hypervisor cannot live-migrate this VMI (DisksNotLiveMigratable: volume 'root' "
-        "(containerDisk) is local to the pod and writable: Cloud Hypervisor cannot copy disks during a migration), so "
-        "a node drain would block on migrations that fail; use None or External, or make the VMI migratable"], r.out
+        ("The request is invalid: spec.evictionStrategy: spec.evictionStrategy is not supported: LiveMigrate (the "
+         "cluster's default, the KubeVirt CR's configuration.evictionStrategy, which virt-api sets in every VMI "
+         "without its own): Cloud Hypervisor cannot live-migrate this VMI (DisksNotLiveMigratable: volume 'root' "
+         "(containerDisk) is local to the pod and writable: Cloud Hypervisor cannot copy disks during a migration), so "
+         "a node drain would block on migrations that fail; use None or External, or make the VMI migratable")], r.out
     assert row_showing(r.lines[0]) == row_showing(warned.lines[0])
     assert (ok.rc, ok.lines) == (0, ["virtualmachineinstance.kubevirt.io/evict-default-ok created (server dry run)"]), \
         ok.out
     assert warned.rc == 0 and warned.lines == [
-        "Warning: spec.template.spec.evictionStrategy is not set, so virt-api will set the cluster's default "
-        "LiveMigrate (the KubeVirt CR's configuration.evictionStrategy) in the VMI, which is then refused: Cloud "
-        "Hypervisor cannot live-migrate it (DisksNotLiveMigratable: volume 'root' (containerDisk) is local to the pod "
-        "and writable: Cloud Hypervisor cannot copy disks during a migration), so a node drain would block on it; set "
-        "None (the VM stops on a drain) or External, or make the VMI migratable",
+        ("Warning: spec.template.spec.evictionStrategy is not set, so virt-api will set the cluster's default "
+         "LiveMigrate (the KubeVirt CR's configuration.evictionStrategy) in the VMI, which is then refused: Cloud "
+         "Hypervisor cannot live-migrate it (DisksNotLiveMigratable: volume 'root' (containerDisk) is local to the pod "
+         "and writable: Cloud Hypervisor cannot copy disks during a migration), so a node drain would block on it; set "
+         "None (the VM stops on a drain) or External, or make the VMI migratable"),
         "virtualmachine.kubevirt.io/evict-default-vm created (server dry run)"], warned.out

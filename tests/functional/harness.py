@@ -9,6 +9,7 @@ test leaves nothing behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import os
@@ -342,7 +343,5 @@ async def wait_for_file(path: Path, condition: Callable[[bytes], bool], timeout:
 
 
 def kill_quietly(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

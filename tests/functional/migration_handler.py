@@ -209,10 +209,7 @@ class MigrationPair:
         handler = self.handler
         assert handler is not None and self.stored is not None
         events = self.source.recorder.events
-        if lagging or self._seen_events >= len(events):
-            index = len(events) - 1
-        else:
-            index = self._seen_events
+        index = len(events) - 1 if lagging or self._seen_events >= len(events) else self._seen_events
         domain = None if index < 0 or events[index].deleted else events[index].domain
         self._seen_events = index + 1
         self._seen_updates = handler.updates

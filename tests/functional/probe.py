@@ -45,8 +45,8 @@ UNPACK = SHARED / "unpack.sh"
 POD_UID_DIR = "p1"
 NAME, NAMESPACE, UID = "vmi-probe", "default", "6b1e4c43-1d8e-4f43-9f0e-0c6b0d8d2e11"
 GRACE = 5
-_SUMMARY = re.compile(r"^==== (\d+) discrepancies flagged by chprobe ====$", re.M)
-_CMD_ERROR = re.compile(r"^\[[ \d.]+s\] cmd (.+?)\s+ERROR \(\d+ms\): (.*)$", re.M)
+_SUMMARY = re.compile(r"^==== (\d+) discrepancies flagged by chprobe ====$", re.MULTILINE)
+_CMD_ERROR = re.compile(r"^\[[ \d.]+s\] cmd (.+?)\s+ERROR \(\d+ms\): (.*)$", re.MULTILINE)
 _REFUSAL = re.compile(r"(\w+) is not supported by the Cloud Hypervisor backend: ")
 
 
@@ -54,7 +54,8 @@ def probe_binary() -> str | None:
     """The probe's path (`../shared/unpack.sh tools/kubevirt-probe`), or None without ../shared."""
     if not (SHARED / "tools" / "kubevirt-probe.xz").exists() or not UNPACK.exists():
         return None
-    done = subprocess.run([str(UNPACK), "tools/kubevirt-probe"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([str(UNPACK), "tools/kubevirt-probe"], capture_output=True, text=True, timeout=120,
+                          check=False)
     if done.returncode != 0:
         raise RuntimeError(f"../shared/unpack.sh tools/kubevirt-probe failed: {done.stderr.strip()}")
     return done.stdout.strip().splitlines()[-1]

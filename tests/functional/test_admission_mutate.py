@@ -63,7 +63,7 @@ def test_a_launcher_pod_is_mutated_once_and_a_second_pass_changes_nothing(api, s
     assert answer["allowed"] is True and patched is not None
     c = compute(patched)
     assert c["image"] == IMAGE
-    assert c["command"] == ["/usr/bin/ch-launcher"] + compute(pod)["command"][1:]
+    assert c["command"] == ["/usr/bin/ch-launcher", *compute(pod)["command"][1:]]
     ours = ch_overhead(parse_vmi(vmi)).total
     assert quantity_bytes(c["resources"]["requests"]["memory"]) == 128 * MiB + ours
     assert quantity_bytes(c["resources"]["limits"]["memory"]) == 128 * MiB + ours

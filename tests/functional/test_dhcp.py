@@ -32,8 +32,8 @@ pytestmark = [pytest.mark.root, pytest.mark.timeout(90)]
 
 HERE = pathlib.Path(__file__).resolve().parent
 POD_MAC = "0a:58:0a:f4:01:05"
-RESOLV_CONF = "search default.svc.cluster.local svc.cluster.local cluster.local\nnameserver 10.96.0.10\n" \
-              "nameserver 10.96.0.11\nnameserver fd00::10\noptions ndots:5\n"
+RESOLV_CONF = ("search default.svc.cluster.local svc.cluster.local cluster.local\nnameserver 10.96.0.10\n"
+               "nameserver 10.96.0.11\nnameserver fd00::10\noptions ndots:5\n")
 
 
 def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:

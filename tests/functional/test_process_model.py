@@ -55,7 +55,7 @@ async def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
 
 
 def _vmm(h: Harness) -> int | None:
-    pid, ppid = vh.socket_owner(str(h.layout.cmd_socket))
+    _pid, ppid = vh.socket_owner(str(h.layout.cmd_socket))
     try:
         return vh.find_qemu(ppid)
     except LookupError:

@@ -28,7 +28,8 @@ from tests.functional.pod_fixtures import vmm_info
 pytestmark = [pytest.mark.root, pytest.mark.timeout(90)]
 
 MiB = 1 << 20
-NOT_CONNECTED = "LibvirtError(Code=86, Domain=10, Message='Guest agent is not responding: QEMU guest agent is not connected')"
+NOT_CONNECTED = ("LibvirtError(Code=86, Domain=10, Message='Guest agent is not responding: QEMU guest agent is not "
+                 "connected')")
 NOT_RUNNING = "LibvirtError(Code=55, Domain=10, Message='Requested operation is not valid: domain is not running')"
 
 
@@ -69,7 +70,8 @@ def restored_vmi(restore_uid: str) -> dict:
     its data volume now the restored claim (pkg/storage/snapshot/restore.go@d923fdb815cd)."""
     return make_vmi(with_pvc("data", f"restore-{restore_uid}-data"),
                     with_status(volumeStatus=[{"name": "data", "persistentVolumeClaimInfo": {
-                        "volumeMode": "Filesystem", "capacity": {"storage": "16Mi"}, "requests": {"storage": "16Mi"}}}]))
+                        "volumeMode": "Filesystem", "capacity": {"storage": "16Mi"},
+                        "requests": {"storage": "16Mi"}}}]))
 
 
 def test_an_offline_restore_boots_from_the_restored_volume(pod, launch, vmm_kind):

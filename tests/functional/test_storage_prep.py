@@ -111,7 +111,8 @@ def test_prepared_disks_are_what_the_vmm_is_told_to_open(pod: LauncherEnv, tools
     subprocess.run([tools["qemu-img"], "check", "-q", overlay], check=True, timeout=60)
     guest_view = subprocess.run([tools["qemu-io"], "-r", "-c", "read -v 0 32", overlay], check=True,
                                 capture_output=True, text=True, timeout=30).stdout
-    assert "43 4f 4e 54 41 49 4e 45 52 2d 49 4d 41 47 45 2d" in guest_view  # "CONTAINER-IMAGE-", read through the overlay
+    # "CONTAINER-IMAGE-", read through the overlay
+    assert "43 4f 4e 54 41 49 4e 45 52 2d 49 4d 41 47 45 2d" in guest_view
 
     # PVC: disk.img created sparse at KubeVirt's size (the request, smaller than the capacity).
     image = pathlib.Path(disks["pvcdisk"].path or "")

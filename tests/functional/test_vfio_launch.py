@@ -20,7 +20,7 @@ from demo import FAKE_CH, CommandError
 from tests.builders import with_devices, with_memory, with_memory_request
 from tests.functional import kubevirt_runtime as vh
 from tests.functional.harness import Harness, make_vmi
-from tests.functional.pod_fixtures import real_vmm, vmm_info
+from tests.functional.pod_fixtures import real_vmm
 from tests.functional.pod_probes import api
 from tests.functional.test_process_model import GUEST, START_SOFT, UNLIMITED, soft_memlock, wait_for
 

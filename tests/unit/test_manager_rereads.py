@@ -16,7 +16,10 @@ from ch_launcher.kubevirt.vmi import parse_vmi
 from ch_launcher.lifecycle import Intent, VmState
 from ch_launcher.manager import CommandFailed
 from tests.functional.harness import make_vmi
-from tests.unit.test_manager import _manager, layout  # noqa: F401 - the fixture
+from tests.unit import test_manager
+from tests.unit.test_manager import _manager
+
+layout = test_manager.layout  # test_manager's fixture, for the tests' `layout` argument
 
 
 def _statuses(sink):
@@ -69,7 +72,7 @@ def test_a_pause_that_cannot_be_confirmed_fails_but_stays_the_users_if_it_happen
 
     async def story():
         await manager.execute(Intent.SYNC, vmi, budget=15)
-        with pytest.raises(CommandFailed, match="pause failed: .*no answer from the VMM"):
+        with pytest.raises(CommandFailed, match=r"pause failed: .*no answer from the VMM"):
             await manager.execute(Intent.PAUSE, vmi)
         assert manager.state is VmState.RUNNING  # not known to be paused
         client = CloudHypervisorClient(manager.settings.vmm_paths[0])

@@ -150,7 +150,7 @@ def launcher_pod(vmi_obj: dict[str, Any], overhead: int | None = 290 * 2**20, me
     if hugepages:
         resources["requests"]["hugepages-2Mi"] = memory
         resources["limits"]["hugepages-2Mi"] = memory
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()}
+    annotations = dict(meta.get("annotations") or {})
     annotations.update({"kubevirt.io/domain": meta["name"], "kubectl.kubernetes.io/default-container": "compute",
                         "kubevirt.io/migrationTransportUnix": "true"})
     if overhead is not None:

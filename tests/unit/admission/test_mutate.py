@@ -320,8 +320,8 @@ def test_a_vmi_with_odd_metadata_is_refused_not_crashed_on():
 
 @pytest.mark.parametrize("obj, message", [
     ("a string", "request.object must be a JSON object (the object under admission), got a string"),
-    ([b.launcher_pod(b.vmi(annotations=CH))], "request.object must be a JSON object (the object under admission), "
-                                              "got an array"),
+    ([b.launcher_pod(b.vmi(annotations=CH))], ("request.object must be a JSON object (the object under admission), "
+                                               "got an array")),
 ])
 @pytest.mark.parametrize("operation", ["CREATE", "UPDATE", None])
 def test_a_malformed_request_is_refused_clearly_whatever_its_operation(obj, message, operation):

@@ -182,7 +182,7 @@ class ApiServer:
             return new
         new = copy.deepcopy(new)
         entries = [e for e in self.stored["metadata"].get("managedFields", []) if e["manager"] != user]
-        new["metadata"]["managedFields"] = entries + [{"manager": user, "operation": "Update", "time": self.clock}]
+        new["metadata"]["managedFields"] = [*entries, {"manager": user, "operation": "Update", "time": self.clock}]
         return new
 
     def _store(self, new: dict[str, Any]) -> bool:

@@ -27,8 +27,8 @@ def test_virt_handlers_default_options_map_to_cloud_hypervisors_send_migration()
         "destination_url": "unix:/p/out.sock", "connections": 1, "downtime_ms": 900, "timeout_s": 450,
         "timeout_strategy": "Cancel"}
     assert options.degradations() == [
-        "ParallelMigrationThreads=8: one connection (Cloud Hypervisor opens several only over tcp: URLs; "
-        "KubeVirt's proxies carry unix sockets)"]
+        ("ParallelMigrationThreads=8: one connection (Cloud Hypervisor opens several only over tcp: URLs; "
+         "KubeVirt's proxies carry unix sockets)")]
 
 
 def test_workload_disruption_pauses_the_guest_to_finish_and_post_copy_is_degraded():
