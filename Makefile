@@ -52,8 +52,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check $(RUFF_PATHS)
 
 # pytest's exit code 5 (no tests collected) is non-zero, so make fails on it like on any failure.
+# TEST_WORKERS: pytest-xdist workers (README "Testing"; 0 runs the suite in one process).
+TEST_WORKERS ?= 4
 test: $(STAMP) system-deps lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 bench: $(STAMP)
 	$(MAKE) --no-print-directory system-deps TOOLS="$(BENCH_TOOLS)"

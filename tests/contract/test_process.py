@@ -99,7 +99,7 @@ def test_vmm_dying_during_startup_is_reported_with_its_exit_code_and_log(start: 
 
 def test_vmm_killed_during_startup_is_reported_with_the_signal(start: Callable[..., Vmm]) -> None:
     vmm = start(FAKE, env={"FAKE_CH_START_DELAY": "5"}, wait=False)
-    time.sleep(0.2)
+    vmm.events.wait_for("vmm:starting")  # it is in its start-up delay
     vmm.signal(signal.SIGKILL)
     with pytest.raises(VmmStartError, match="was killed by SIGKILL during start-up"):
         vmm.proc.wait_ready(10.0)

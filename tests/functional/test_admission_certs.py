@@ -29,6 +29,19 @@ def served_cert(port: int, ca: str | None = None, name: str = "localhost") -> by
             return s.getpeercert(binary_form=True)
 
 
+def wait_for_a_failed_reload(server: AdmissionServer, ca: str, timeout: float = 15.0) -> None:
+    """Until the server has looked at its changed files and kept serving its pair (its failed-reload
+    counter is 1): it looks on a new connection, at most once a second."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with client(ca) as fresh:  # a new connection each time
+            metrics = fresh.get(server.url + "/metrics", timeout=5).text
+        if 'ch_admission_tls_reloads_total{result="failed"} 1.0' in metrics:
+            return
+        assert time.monotonic() < deadline, f"the server did not look at its files within {timeout} s:\n{metrics}"
+        time.sleep(0.1)
+
+
 def replace_pair(src: dict, dst: dict) -> None:
     # key first, then certificate: in between the pair does not match, as in a real rotation
     shutil.copyfile(src["key"], dst["key"] + ".new")
@@ -50,7 +63,7 @@ def test_a_certificate_rotated_on_disk_is_served_to_new_connections(tmp_path):
 
         # a half-done rotation (new key, old certificate) keeps the old pair serving
         shutil.copyfile(second["key"], live["key"])
-        time.sleep(1.2)
+        wait_for_a_failed_reload(s, live["ca"])
         assert served_cert(s.port, live["ca"]) == first
 
         replace_pair(second, live)
@@ -75,7 +88,7 @@ def test_a_garbage_certificate_file_never_interrupts_service(tmp_path):
         first = served_cert(s.port, live["ca"])
         with open(live["cert"], "w") as f:
             f.write("-----BEGIN CERTIFICATE-----\nnot base64\n")
-        time.sleep(1.2)
+        wait_for_a_failed_reload(s, live["ca"])
         assert served_cert(s.port, live["ca"]) == first
     finally:
         assert s.stop() == 0

@@ -23,6 +23,8 @@ from tests.functional.harness import make_vmi, wait_for_file
 from tests.functional.pod_probes import capabilities
 from tests.functional.story_fixtures import BOTH_VMMS
 
+UNDELIVERED = b"cannot deliver a notification"  # the launcher's warning when virt-handler's pipe is not there
+
 # --- start -----------------------------------------------------------------------------------------
 
 
@@ -660,7 +662,7 @@ def test_events_reach_a_notify_server_that_appears_late(new_harness):
     async def story():
         await h.start()
         await h.client.sync(h.vmi)
-        await asyncio.sleep(0.5)
+        await wait_for_file(h.layout.log_file, lambda log: UNDELIVERED in log, 15, "a failed notification")
         await h.recorder.start()  # virt-handler injects the pipe after its first connection
         await h.recorder.wait_for_status("Running", timeout=15)
 
@@ -672,7 +674,7 @@ def test_events_reach_a_restarted_virt_handler(vh):
         await vh.boot()
         await vh.recorder.stop()
         await vh.client.vmi_command("PauseVirtualMachine", vh.vmi)  # while virt-handler is away
-        await asyncio.sleep(0.3)
+        await wait_for_file(vh.layout.log_file, lambda log: UNDELIVERED in log, 15, "a failed notification")
         await vh.recorder.start()
         await vh.recorder.wait_for_status("Paused", "User", timeout=15)
 

@@ -148,7 +148,7 @@ async def test_virt_handler_restart_mid_stream_loses_no_latest_state(sock: str) 
         assert await n.flush(10)
         await first.stop()
         await n.send_domain(dom(2))
-        await asyncio.sleep(0.2)
+        await first_failure(n)  # it tried while virt-handler was away
         second = await FakeVirtHandler(sock).start()
         try:
             assert await n.flush(10)
@@ -303,7 +303,7 @@ async def test_bad_arguments_are_refused_clearly(sock: str) -> None:
 async def test_close_returns_promptly_with_undelivered_events(sock: str) -> None:
     n = notifier(sock, retry_max=5.0)
     await n.send_domain(dom(1))
-    await asyncio.sleep(0.1)
+    await first_failure(n)  # the sender is retrying
     loop = asyncio.get_running_loop()
     start = loop.time()
     await n.close()

@@ -179,7 +179,9 @@ def test_after_sigterm_the_launcher_waits_for_the_vm_without_spinning():
     async def story():
         stop, early = asyncio.Event(), asyncio.Event()
         task = asyncio.ensure_future(supervise(manager, Settings(grace_period_seconds=1), stop, early))
-        await asyncio.sleep(0.05)
+        async with asyncio.timeout(10):
+            while manager.waits == 0:  # until it watches the VM
+                await asyncio.sleep(0)
         stop.set()  # SIGTERM
         await asyncio.sleep(0.5)  # inside the grace period: nothing to do but wait
         assert manager.marked == 1 and manager.commands == []
