@@ -1,6 +1,6 @@
 """Migrations through the real API server, with virt-api's webhooks judging beside the add-on's.
 
-`evictionStrategy` (ch_launcher/convert/policy.py, README's lifecycle table): admitted for Cloud
+`evictionStrategy` (ch_launcher/convert/policy.py, docs/features.md): admitted for Cloud
 Hypervisor VMIs that can live-migrate, refused with KubeVirt's LiveMigratable reason and the
 field's path for those that cannot (a drain would block on migrations that fail at once), for
 VMIs and for the VMI templates of VirtualMachines (server-side dry runs). VirtualMachineInstance-

@@ -1,4 +1,4 @@
-"""Every network binding the README marks Supported boots in a launcher pod: the real launcher
+"""Every network binding docs/features.md marks Supported boots in a launcher pod: the real launcher
 as uid 107 with only NET_BIND_SERVICE, its VMM with no capability, on the taps virt-handler made
 in the pod's network namespace (`pod_sandbox.py`). Each story runs on the simulated VMM and on
 the real cloud-hypervisor (with the tiny guest as firmware); it checks what the VMM really holds

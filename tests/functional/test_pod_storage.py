@@ -1,4 +1,4 @@
-"""Every storage kind the README supports opens in a launcher pod, on the simulated and on the
+"""Every storage kind docs/features.md supports opens in a launcher pod, on the simulated and on the
 real VMM: the launcher (uid 107) prepares what it must (overlays, sparse images, ISOs), the VMM
 (uid 107, no capability) opens every disk, and vm.info shows each as translated.
 

@@ -192,3 +192,23 @@ def test_the_late_event_of_a_start_paused_boots_pause_does_not_pause_the_vm_agai
 
     caplog.set_level("INFO", logger="ch_launcher.manager.supervision")
     _run(manager, story)
+
+
+def test_a_soft_reboot_whose_vm_shutdown_event_was_lost_still_boots_the_guest_again(layout):
+    # The real VMM writes events from a thread of its own and may exit before that thread has
+    # written `vm:shutdown` (seen under load: the guest powered off and the VM stayed down). Its
+    # exit code 0 says the guest shut down cleanly, so the soft reboot goes on.
+    raw = make_vmi()
+    manager, sink = _manager(layout, raw, vmm_env={
+        "FAKE_CH_ACPI_DELAY": "0", "FAKE_CH_DROP_EVENTS": "vm:shutdown",
+        "FAKE_CH_REQUEST_LOG": str(layout.root / "requests.jsonl")})
+    vmi = parse_vmi(raw)
+
+    async def story():
+        await manager.execute(Intent.SYNC, vmi, budget=15)
+        await manager.execute(Intent.SOFT_REBOOT, vmi)
+        assert await manager.wait_until(lambda: len(_requests(layout, "vm.boot")) == 2, 15)
+        assert await manager.wait_until(lambda: manager.state is VmState.RUNNING, 15)
+        assert ("Shutoff", "Shutdown") not in _statuses(sink)
+
+    _run(manager, story)
