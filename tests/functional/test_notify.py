@@ -110,7 +110,7 @@ def statuses(server: FakeVirtHandler) -> list[tuple[str, str]]:
 async def first_failure(n: Notifier, timeout: float = 10.0) -> str:
     """The error of the notifier's first failed delivery attempt (waits for one: a busy machine
     may take a while to make it)."""
-    return await until(lambda: n.last_error, timeout)
+    return await polling.until(lambda: n.last_error, timeout)
 
 
 def notifier(path: str, **kw: Any) -> Notifier:
