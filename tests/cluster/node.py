@@ -38,8 +38,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.apiserver.cluster import EPIP, REPO, SHARED_K8S, Cluster, ClusterError, Run
+from tests.apiserver.cluster import EPIP, SHARED_K8S, Cluster, ClusterError, Run
 from tests.cluster.images import UNPACK, Archive, Images
+from tests.manifests.render import REPO
 from tests.netns import pid_alive, sweep_stale_namespaces
 
 # virt-operator's CR for a cluster whose images were loaded onto the nodes (see the module docstring)
@@ -172,7 +173,8 @@ class NodeCluster(Cluster):
 
     def _on_node_side(self, args: Sequence[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["nsenter", f"--net=/run/netns/{self.netns}", *args], text=True, cwd=self.workdir,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self._env(), timeout=timeout)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self._env(), timeout=timeout,
+                              check=False)
 
     def _node_script(self, name: str, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
         argv = ["env", *(f"{k}={v}" for k, v in (env or {}).items()), "bash", str(SHARED_K8S / name), *args]
@@ -371,7 +373,7 @@ class NodeCluster(Cluster):
                 with contextlib.suppress(subprocess.CalledProcessError):
                     self.ip_in(pod_pid, "link", "del", port)
         finally:
-            subprocess.run(["ip", "netns", "delete", netns], capture_output=True, timeout=20)
+            subprocess.run(["ip", "netns", "delete", netns], capture_output=True, timeout=20, check=False)
 
     def memory_cgroup(self, pod: dict[str, Any], container: str) -> Path:
         """The memory cgroup (v1) kubelet made for `container` of `pod` under the node's cgroup root."""

@@ -11,6 +11,7 @@ only the pod sandbox (tests/functional/test_pod_bindings.py) shows that binding.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,7 @@ def vmm_info(node_cluster: NodeCluster, pod: dict[str, Any]) -> dict[str, Any]:
     """vm.info on the VMM's API socket (its `--api-socket path=`), reached through the VMM's own root."""
     vmm = node_cluster.process_in(pod, "compute", "cloud-hyperviso")
     argv = Path(f"/proc/{vmm}/cmdline").read_text().split("\0")
-    (socket,) = [arg.split("path=", 1)[1].split(",")[0] for prev, arg in zip(argv, argv[1:], strict=False)
+    (socket,) = [arg.split("path=", 1)[1].split(",")[0] for prev, arg in itertools.pairwise(argv)
                  if prev == "--api-socket"]
     return vm_info(node_cluster.path_in(vmm, socket))
 

@@ -25,11 +25,11 @@ import pytest
 
 from admission.mutate import RECORD_ANNOTATION
 from ch_launcher.kubevirt.quantity import quantity_bytes
-from tests.apiserver.cluster import REPO
 from tests.apiserver.readme import use_vm
 from tests.cluster.images import DISK_IMAGE, LAUNCHER_IMAGE
 from tests.cluster.node import NodeCluster, archive_reference
 from tests.functional.pod_probes import udhcpc
+from tests.manifests.render import REPO
 
 NAME = "fedora-ch"
 README_DISK = "quay.io/containerdisks/fedora:latest"

@@ -13,7 +13,13 @@ import sys
 import pytest
 
 from ch_launcher.dirtyrate import (
-    PAGE_SIZE, DirtyRateError, RamRegion, Sample, guest_ram, megabytes_per_second, parse_smaps,
+    PAGE_SIZE,
+    DirtyRateError,
+    RamRegion,
+    Sample,
+    guest_ram,
+    megabytes_per_second,
+    parse_smaps,
 )
 from ch_launcher.manager import CommandFailed
 from ch_launcher.manager.dirty import DirtyRateMeter
@@ -41,7 +47,7 @@ VmFlags: rd wr sh mr mw me ms dd
 7fb235ae0000-7fb235ae4000 r--p 00000000 00:00 0                          [vvar]
 Size:                 16 kB
 VmFlags: rd mr pf io de dd
-"""
+"""  # noqa: W291 - the kernel ends an anonymous mapping's line with a space
 
 # A process that maps guest RAM as the simulated VMM does (tests/fakes/fakech_ram.py) and, on each
 # line read, writes to every page, every other page, or none, then answers "done".
@@ -221,6 +227,6 @@ def test_the_meter_refuses_when_no_vm_runs_and_says_why():
     meter = DirtyRateMeter(lambda: None)
     with pytest.raises(CommandFailed, match="the VM is not running"):
         asyncio.run(meter.measure())
-    meter = DirtyRateMeter(lambda: os.getpid())
+    meter = DirtyRateMeter(os.getpid)
     with pytest.raises(CommandFailed, match="maps no guest RAM"):
         asyncio.run(meter.measure())
