@@ -131,6 +131,10 @@ def test_a_guest_panic_fails_the_vmi_with_kubevirts_guest_panicked_warning(node_
         "Warning", "GuestPanicked", "GuestPanicked (details unavailable)")
     (row,) = node_cluster.ok("get", "vmi", "panicked").splitlines()[1:]
     assert row.split()[2] == "Failed"
+    # what a story that waited in vain for this VMI would have been told
+    report = node_cluster.vmi_report("panicked")
+    assert "VMI panicked: phase Failed" in report and \
+        "event VirtualMachineInstance Warning GuestPanicked: GuestPanicked (details unavailable)" in report, report
     assert error_lines(node_cluster.ok("logs", pod["metadata"]["name"], "-c", "compute")) == []
 
 
