@@ -45,8 +45,8 @@ def _run(manager, story):
 
 def test_a_pause_whose_answer_came_too_late_but_took_effect_is_the_users_pause(layout):
     raw = make_vmi()
-    manager, sink = _manager(layout, raw, api_timeout=0.5, vmm_env={
-        "FAKE_CH_SLOW_ENDPOINT": "vm.pause=0.8", "FAKE_CH_REQUEST_LOG": str(layout.root / "requests.jsonl")})
+    manager, sink = _manager(layout, raw, api_timeout=2.0, vmm_env={
+        "FAKE_CH_SLOW_ENDPOINT": "vm.pause=3", "FAKE_CH_REQUEST_LOG": str(layout.root / "requests.jsonl")})
     vmi = parse_vmi(raw)
 
     async def story():
@@ -65,8 +65,8 @@ def test_a_pause_that_cannot_be_confirmed_fails_but_stays_the_users_if_it_happen
     # fails, yet the user's intent is kept, so when the next Sync finds the VM paused it is the
     # user's pause (Paused/User) and is not resumed.
     raw = make_vmi()
-    manager, sink = _manager(layout, raw, api_timeout=0.3, vmm_env={
-        "FAKE_CH_SLOW_ENDPOINT": "vm.pause=1.5", "FAKE_CH_DROP_EVENTS": "vm:paused",
+    manager, sink = _manager(layout, raw, api_timeout=2.0, vmm_env={
+        "FAKE_CH_SLOW_ENDPOINT": "vm.pause=6", "FAKE_CH_DROP_EVENTS": "vm:paused",
         "FAKE_CH_REQUEST_LOG": str(layout.root / "requests.jsonl")})
     vmi = parse_vmi(raw)
 
@@ -76,7 +76,7 @@ def test_a_pause_that_cannot_be_confirmed_fails_but_stays_the_users_if_it_happen
             await manager.execute(Intent.PAUSE, vmi)
         assert manager.state is VmState.RUNNING  # not known to be paused
         client = CloudHypervisorClient(manager.settings.vmm_paths[0])
-        await asyncio.to_thread(client.ping, timeout=5)  # the VMM answers again: the pause is done
+        await asyncio.to_thread(client.ping, timeout=10)  # the VMM answers again: the pause is done
         await manager.execute(Intent.SYNC, vmi)
         assert manager.state is VmState.PAUSED and _statuses(sink)[-1] == ("Paused", "User")
         assert _requests(layout, "vm.resume") == []
