@@ -227,6 +227,20 @@ def test_the_launcher_image_makes_var_run_a_relative_symlink_to_run():
     assert '[ "$(readlink /var/run)" = ../run ]' in run
 
 
+def test_virt_handler_reaching_the_pod_through_proc_root_finds_its_migration_sockets_in_the_pod(tmp_path):
+    """virt-handler makes a migration's source socket at `/proc/<launcher pid>/root/var/run/
+    kubevirt/migrationproxy/` (virt-handler.go@d923fdb815cd): a path walk from virt-handler's own
+    root. Reproduced with a directory as the pod's root and the link the Containerfile makes: the
+    socket directory must resolve inside the pod (Debian's `/run` resolved to the node's)."""
+    (target,) = re.findall(r"ln -sfn (\S+) /var/run", CONTAINERFILE.stage("launcher").run_text())
+    pod_root = tmp_path / "proc-root"  # what /proc/<pid>/root shows virt-handler
+    (pod_root / "run" / "kubevirt").mkdir(parents=True)
+    (pod_root / "var").mkdir()
+    (pod_root / "var" / "run").symlink_to(target)
+    resolved = (pod_root / "var" / "run" / "kubevirt" / "migrationproxy").resolve()
+    assert resolved == pod_root.resolve() / "run" / "kubevirt" / "migrationproxy"
+
+
 def test_the_launcher_image_runs_optimized_with_its_bytecode_compiled():
     """The launcher's memory knobs (bench/footprint.py measures this configuration): -OO and two
     malloc arenas, and bytecode for that optimization level compiled at build time for the
