@@ -123,6 +123,8 @@ def node02(node_cluster: NodeCluster) -> Iterator[SecondNode]:
     print(f"\nnode02 up and its images imported in {time.monotonic() - start:.1f} s")
     try:
         yield node
+        # the module's VMIs end on node02 before it goes (a pod left there would stay Terminating)
+        node_cluster.wait_for(lambda: not node.pods(), "the pods on node02 to go", timeout=120, every=1)
     finally:
         node.stop()
 
@@ -174,9 +176,11 @@ def test_a_vmi_placed_on_node02_runs_there_like_on_node01(node_cluster: NodeClus
 
 
 def migration_ended(cluster: NodeCluster, vmi: str, known: int) -> dict[str, Any] | None:
-    """The VMI's migration after the first `known`, once it has ended (Failed or Succeeded)."""
+    """The VMI's migration after the first `known`, once it has ended (Failed or Succeeded) and
+    virt-controller copied the VMI's final migration state into it (a later write than the phase)."""
     later = migrations_of(cluster, vmi)[known:]
-    if later and later[0].get("status", {}).get("phase") in ("Failed", "Succeeded"):
+    status = later[0].get("status", {}) if later else {}
+    if status.get("phase") in ("Failed", "Succeeded") and status.get("migrationState", {}).get("completed"):
         return later[0]
     return None
 
@@ -213,7 +217,7 @@ def test_virtctl_migrate_goes_to_node02_and_fails_at_the_switch_over_leaving_the
     virt-handler's proxies, Cloud Hypervisor's switch-over failing (GetNestedState on this PVM
     machine); the VMIM Failed with the launcher's reason, the VM on in its pod on node01."""
     uid = mig["metadata"]["uid"]
-    ((source, _),) = running_pods(node_cluster, VM)
+    (source,) = [pod for pod, node in running_pods(node_cluster, VM) if node == SOURCE]
     memory = 128 << 20
     # virt-handler reaches the pod's sockets through /proc/<pid>/root/var/run (see the Containerfile)
     assert node_cluster.ok("exec", source, "-c", "compute", "--", "readlink", "/var/run").strip() == "../run"
@@ -291,7 +295,7 @@ def vmim_seconds(vmim: dict[str, Any]) -> float:
 def test_virtctl_migrate_cancel_of_a_migration_in_flight_leaves_the_vm_running_on_node01(
         node_cluster: NodeCluster, node02: SecondNode, mig: dict[str, Any]):
     uid = mig["metadata"]["uid"]
-    ((source, _),) = running_pods(node_cluster, VM)
+    (source,) = [pod for pod, node in running_pods(node_cluster, VM) if node == SOURCE]
     # a MigrationPolicy slows this VM's migrations down to 4 MiB/s (the launcher's relay honours
     # bandwidthPerMigration; 128 MiB take half a minute), so that one is in flight to cancel
     policy = {"apiVersion": "migrations.kubevirt.io/v1alpha1", "kind": "MigrationPolicy",
@@ -350,7 +354,7 @@ def test_kubectl_drain_of_node01_is_held_by_kubevirts_eviction_interceptor_and_t
     to evict a launcher pod whose VMI migrates on eviction and marks the VMI for evacuation; the
     drain retries until its timeout and reports it; the VM runs on, and `kubectl uncordon`
     returns the node. (No evacuation migration follows on this cluster: docs/migration.md §8.)"""
-    ((source, _),) = running_pods(node_cluster, VM)
+    (source,) = [pod for pod, node in running_pods(node_cluster, VM) if node == SOURCE]
     try:
         r = node_cluster.kubectl("drain", SOURCE, "--delete-emptydir-data", "--ignore-daemonsets=true", "--force",
                                  "--pod-selector=kubevirt.io=virt-launcher", "--timeout=30s", timeout=120)

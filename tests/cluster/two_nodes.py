@@ -59,10 +59,24 @@ class SecondNode:
             raise
         return out
 
+    def pods(self) -> list[str]:
+        """The pods bound to this node (namespace/name), but its virt-handler's stand-in pod."""
+        items = self.cluster.json("get", "pods", "-A", "--field-selector", f"spec.nodeName={self.name}")["items"]
+        return [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in items
+                if p["metadata"]["name"] != f"virt-handler-{self.name}"]
+
     def stop(self) -> None:
+        """node-down.sh, then the Node object and its virt-handler pod deleted, as when a machine
+        leaves a cluster: this control plane has no node lifecycle controller to taint a node that
+        stopped reporting, so the scheduler would go on binding pods to it."""
         if self.up:
             self.up = False
             self.cluster.node_script("node-down.sh", env={"NODE_NAME": self.name}, timeout=120)
+            self.cluster.kubectl("-n", "kubevirt", "delete", "pod", f"virt-handler-{self.name}", "--ignore-not-found",
+                                 "--force", "--grace-period=0")
+            r = self.cluster.kubectl("delete", "node", self.name, "--ignore-not-found")
+            if r.rc != 0:
+                raise ClusterError(f"kubectl delete node {self.name}: {r.out}")
 
     def log(self, component: str) -> str:
         return (self.dir / "logs" / f"{component}.log").read_text(errors="replace")
