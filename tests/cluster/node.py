@@ -183,6 +183,11 @@ class NodeCluster(Cluster):
             raise ClusterError(f"../shared/k8s/{name} failed ({proc.returncode}):\n{proc.stdout}")
         return proc.stdout
 
+    def node_script(self, name: str, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
+        """`../shared/k8s/NAME ARGS` with `env` added, on the node's side of the network (for a
+        second node's node-up.sh, node-import.sh, node-down.sh); ClusterError with its output if it fails."""
+        return self._node_script(name, *args, env=env, timeout=timeout)
+
     # --- set-up ---------------------------------------------------------------------------
 
     def start_node(self) -> None:

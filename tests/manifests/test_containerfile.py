@@ -218,9 +218,27 @@ def test_the_launcher_can_bind_the_dhcp_port_as_uid_107():
     assert 'getcap "$python" | grep -q cap_net_bind_service' in run
 
 
-def test_the_launcher_image_keeps_var_run_a_symlink_to_run():
-    """KubeVirt's sockets live under /var/run; virt-handler reaches them as /run as well."""
-    assert "test -L /var/run" in CONTAINERFILE.stage("launcher").run_text()
+def test_the_launcher_image_makes_var_run_a_relative_symlink_to_run():
+    """KubeVirt's sockets live under /var/run; virt-handler reaches them through
+    /proc/<pid>/root/var/run, where Debian's absolute `/var/run -> /run` resolves against
+    virt-handler's own root (tests/cluster/test_two_nodes.py checks the built image)."""
+    run = CONTAINERFILE.stage("launcher").run_text()
+    assert "ln -sfn ../run /var/run" in run
+    assert '[ "$(readlink /var/run)" = ../run ]' in run
+
+
+def test_virt_handler_reaching_the_pod_through_proc_root_finds_its_migration_sockets_in_the_pod(tmp_path):
+    """virt-handler makes a migration's source socket at `/proc/<launcher pid>/root/var/run/
+    kubevirt/migrationproxy/` (virt-handler.go@d923fdb815cd): a path walk from virt-handler's own
+    root. Reproduced with a directory as the pod's root and the link the Containerfile makes: the
+    socket directory must resolve inside the pod (Debian's `/run` resolved to the node's)."""
+    (target,) = re.findall(r"ln -sfn (\S+) /var/run", CONTAINERFILE.stage("launcher").run_text())
+    pod_root = tmp_path / "proc-root"  # what /proc/<pid>/root shows virt-handler
+    (pod_root / "run" / "kubevirt").mkdir(parents=True)
+    (pod_root / "var").mkdir()
+    (pod_root / "var" / "run").symlink_to(target)
+    resolved = (pod_root / "var" / "run" / "kubevirt" / "migrationproxy").resolve()
+    assert resolved == pod_root.resolve() / "run" / "kubevirt" / "migrationproxy"
 
 
 def test_the_launcher_image_runs_optimized_with_its_bytecode_compiled():
