@@ -4,7 +4,10 @@ the images it builds are the ones the manifests and the configuration refer to."
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -218,9 +221,40 @@ def test_the_launcher_can_bind_the_dhcp_port_as_uid_107():
     assert 'getcap "$python" | grep -q cap_net_bind_service' in run
 
 
-def test_the_launcher_image_keeps_var_run_a_symlink_to_run():
-    """KubeVirt's sockets live under /var/run; virt-handler reaches them as /run as well."""
-    assert "test -L /var/run" in CONTAINERFILE.stage("launcher").run_text()
+def test_the_launcher_image_makes_var_run_a_relative_symlink_to_run():
+    """KubeVirt's sockets live under /var/run; virt-handler reaches the migration proxy's through
+    /proc/<pid>/root/var/run (test below), which only a relative link keeps inside the pod."""
+    run = CONTAINERFILE.stage("launcher").run_text()
+    assert 'ln -sfn ../run /var/run && [ "$(readlink /var/run)" = ../run ]' in run
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chroot needs root; CI runs as root")
+@pytest.mark.parametrize(("link", "stays_inside"), [("../run", True), ("/run", False)])
+def test_a_path_through_proc_root_stays_in_the_pod_only_when_var_run_is_relative(tmp_path, link, stays_inside):
+    """What virt-handler does for a migration (kubevirt pkg/virt-handler/migration-source.go and
+    migration-target.go@d923fdb815cd: `fmt.Sprintf(filepath.Join(virtLauncherFSRunDirPattern,
+    "kubevirt"), res.Pid())` with the pattern "/proc/%d/root/var/run"): the kernel follows
+    /proc/<pid>/root into the process's root, but resolves an absolute symlink met there against
+    the root of the process walking the path. Found on the two-node cluster: with Debian's
+    /var/run -> /run, virt-handler created the source proxy's sockets in the node's /run."""
+    root = tmp_path / "pod"
+    (root / "run" / "kubevirt").mkdir(parents=True)
+    (root / "var").mkdir()
+    (root / "var" / "run").symlink_to(link)
+    enter = "import os, sys; os.chroot(sys.argv[1]); os.chdir('/'); print('in', flush=True); sys.stdin.read()"
+    chrooted = subprocess.Popen([sys.executable, "-c", enter, str(root)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert chrooted.stdout is not None and chrooted.stdout.readline() == "in\n"
+        seen = f"/proc/{chrooted.pid}/root/var/run/kubevirt"
+        inside = (root / "run" / "kubevirt").stat()
+        try:
+            found = os.stat(seen)
+        except FileNotFoundError:
+            found = None
+        assert (found is not None and (found.st_dev, found.st_ino) == (inside.st_dev, inside.st_ino)) == stays_inside
+    finally:
+        chrooted.communicate("", timeout=10)
 
 
 def test_the_launcher_image_runs_optimized_with_its_bytecode_compiled():
