@@ -40,6 +40,7 @@ from typing import Any
 
 from tests.apiserver.cluster import REPO, SHARED_K8S, Cluster, ClusterError, Run
 from tests.cluster.images import UNPACK, Archive, Images
+from tests.cluster.watch import Watch
 from tests.netns import pid_alive, sweep_stale_namespaces
 
 # virt-operator's CR for a cluster whose images were loaded onto the nodes (see the module docstring)
@@ -334,6 +335,65 @@ class NodeCluster(Cluster):
         if len(found) != 1:
             raise ClusterError(f"no single memory cgroup for {container} of {pod['metadata']['name']}: {found}")
         return found[0]
+
+    # --- faults, load and more nodes (tests/cluster/test_faults.py, test_load.py, test_two_nodes.py) --
+
+    def dir_of(self, node: str) -> Path:
+        """node-up.sh's files of `node`: `RUN/node` for the first node, `RUN/node-NAME` for the others."""
+        return self.node_dir if node == "node01" else self.run_dir / f"node-{node}"
+
+    def kill(self, component: str, signal: str = "KILL", node: str = "node01") -> str:
+        """`node-kill.sh COMPONENT SIGNAL` on `node`: killed inside the node, returns once its keeper
+        has started it again (node-kill.sh's line). ClusterError if it does not come back."""
+        env = {} if node == "node01" else {"NODE_NAME": node}
+        return self._node_script("node-kill.sh", component, signal, env=env, timeout=60).strip()
+
+    def processes(self, pod: dict[str, Any], container: str = "compute") -> dict[str, list[int]]:
+        """The processes of `container` of `pod` (host PIDs, from its memory cgroup), by their
+        comm (`ch-launcher`, `cloud-hyperviso`: the kernel keeps 15 characters)."""
+        found: dict[str, list[int]] = {}
+        for pid in self.memory_cgroup(pod, container).joinpath("cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                found.setdefault(Path(f"/proc/{pid}/comm").read_text().strip(), []).append(int(pid))
+        return found
+
+    def serial_log(self, pod: dict[str, Any]) -> str:
+        """What the pod's `guest-console-log` container (KubeVirt's virt-tail) printed: the guest's serial log."""
+        return self.ok("logs", pod["metadata"]["name"], "-c", "guest-console-log")
+
+    def add_node(self, name: str, ip: str, pod_cidr: str) -> None:
+        """A worker node beside node01 (`node-up.sh` with NODE_NAME, NODE_IP, POD_CIDR: containerd,
+        kubelet, kube-proxy, virt-handler in a network namespace of its own), the images loaded
+        into its own containerd as into node01's. `remove_node` takes it away again."""
+        env = {"NODE_NAME": name, "NODE_IP": ip, "POD_CIDR": pod_cidr}
+        try:
+            self._node_script("node-up.sh", env=env)
+            assert self.images is not None
+            out = self._node_script("node-import.sh", *(str(a.path) for a in self.images.all()),
+                                    env={"NODE_NAME": name})
+        except BaseException:
+            self.remove_node(name)
+            raise
+        for archive in self.images.all():
+            if f"{archive.name} {archive_reference(archive)}" not in out.splitlines():
+                raise ClusterError(f"node-import.sh did not load {archive.name} into {name}:\n{out}")
+
+    def remove_node(self, name: str) -> None:
+        """`node-down.sh` of a node `add_node` started, then its Node and its virt-handler Pod."""
+        with contextlib.suppress(ClusterError):
+            self._node_script("node-down.sh", env={"NODE_NAME": name}, timeout=120)
+        self.kubectl("delete", "node", name, "--ignore-not-found")
+        self.kubectl("delete", "pod", "-n", "kubevirt", f"virt-handler-{name}", "--ignore-not-found", "--wait=false")
+
+    def ctr_on(self, node: str, *args: str) -> str:
+        """`ctr -n k8s.io ARGS` against `node`'s containerd."""
+        return subprocess.run(["ctr", "--address", str(self.dir_of(node) / "containerd" / "containerd.sock"),
+                               "-n", "k8s.io", *args], capture_output=True, text=True, check=True, timeout=60).stdout
+
+    def watch(self, kind: str, *names: str, columns: str = "NAME:.metadata.name,PHASE:.status.phase") -> Watch:
+        """`kubectl get KIND NAMES --watch` with `columns`, running until `Watch.close()`."""
+        return Watch(["ip", "netns", "exec", self.netns, self.kubectl_path, "get", kind, *names, "--watch",
+                      "--no-headers", "-o", f"custom-columns={columns}"], self._env())
 
 
 def archive_reference(archive: Archive) -> str:
