@@ -45,3 +45,15 @@ def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeClust
         yield cluster
     finally:
         cluster.close()
+
+
+@pytest.fixture(scope="module")
+def second_node(node_cluster: NodeCluster) -> Iterator[str]:
+    """node02 beside node01 for one module (`NodeCluster.add_node`: a network namespace of its
+    own, its own containerd with the images loaded), removed afterwards so that the other
+    modules' VMIs stay on node01. Yields its name."""
+    node_cluster.add_node("node02", "10.250.0.2", "10.244.1.0/24")
+    try:
+        yield "node02"
+    finally:
+        node_cluster.remove_node("node02")
