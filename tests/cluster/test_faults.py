@@ -23,7 +23,6 @@ from tests.cluster.images import LAUNCHER_IMAGE
 from tests.cluster.node import NodeCluster
 from tests.cluster.objects import annotated_vm, annotated_vmi
 
-READY = "KCH-GUEST-READY"
 MiB = 1 << 20
 CRASHED = ("Warning", "Stopped", "The VirtualMachineInstance crashed.")  # virt-handler's words for a crashed domain
 
@@ -80,20 +79,6 @@ def pause_and_unpause(cluster: NodeCluster, name: str) -> None:
     cluster.wait_for(unpaused, f"{name} to be unpaused")
 
 
-def boots(cluster: NodeCluster, pod: dict[str, Any]) -> int:
-    """How many times the guest booted, from its serial log (it prints READY at every boot),
-    once the log shows a first boot: virt-tail prints a line some time after the guest wrote
-    it, and right after a restart kubelet may answer 404 for a pod it has not synced yet."""
-    name = pod["metadata"]["name"]
-
-    def booted() -> int:
-        r = cluster.kubectl("logs", name, "-c", "guest-console-log")
-        return r.out.count(READY) if r.rc == 0 else 0
-    found: int = cluster.wait_for(booted, f"kubectl logs {name} -c guest-console-log to show a boot", timeout=30,
-                                  every=1)
-    return found
-
-
 def test_virt_handler_restarting_finds_both_launchers_again_and_the_guests_run_on(node_cluster: NodeCluster, fresh):
     names = ("f-handler-a", "f-handler-b")
     before = fresh(*names)
@@ -116,7 +101,7 @@ def test_virt_handler_restarting_finds_both_launchers_again_and_the_guests_run_o
         after = node_cluster.wait_for_vmi(name, ready=True)
         assert after["metadata"]["uid"] == vmi["metadata"]["uid"]
         assert node_cluster.launcher_pod(after)["metadata"]["name"] == pod["metadata"]["name"]
-        assert boots(node_cluster, pod) == 1
+        assert node_cluster.boots(pod) == 1
 
 
 def test_kubelet_and_containerd_restarting_leave_the_vmi_running(node_cluster: NodeCluster, fresh):
@@ -149,7 +134,7 @@ def test_kubelet_and_containerd_restarting_leave_the_vmi_running(node_cluster: N
     ids = {cid.split("://", 1)[1] for cid in statuses.values()}
     assert ids <= node_cluster.running_tasks()  # containerd found its shims again
     assert node_cluster.wait_for_vmi("f-kubelet", ready=True)["metadata"]["uid"] == vmi["metadata"]["uid"]
-    assert boots(node_cluster, pod) == 1
+    assert node_cluster.boots(pod) == 1
 
 
 def test_a_killed_cloud_hypervisor_fails_the_vmi_and_its_vm_starts_a_new_one(node_cluster: NodeCluster):
@@ -180,7 +165,7 @@ def test_a_killed_cloud_hypervisor_fails_the_vmi_and_its_vm_starts_a_new_one(nod
         assert CRASHED in events, events
         crash = f"cloud-hypervisor (pid {vmm_pid_in_pod(events)}) was killed by SIGKILL while the VM was running"
         assert ("Warning", "VMMCrashed", crash) in events, events
-        assert boots(node_cluster, node_cluster.launcher_pod(second)) == 1
+        assert node_cluster.boots(node_cluster.launcher_pod(second)) == 1
         # the failed VMI's pod ends and goes, and containerd's garbage collection forgets it
         gone = pod["metadata"]["name"]
         node_cluster.wait_for(lambda: node_cluster.kubectl("get", "pod", gone).rc != 0, "the old pod to go", timeout=60)
@@ -312,11 +297,11 @@ def test_a_rollout_restart_of_the_admission_server_refuses_and_misses_nothing(no
 
         def pods_mutated() -> bool:
             pods = node_cluster.json("get", "pods", "-l", "kubevirt.io=virt-launcher")["items"]
-            mine = {p["metadata"]["labels"].get("kubevirt.io/domain"): p for p in pods}
+            mine = {p["metadata"]["labels"].get("vmi.kubevirt.io/id"): p for p in pods}
             return all(n in mine for n in created)
         node_cluster.wait_for(pods_mutated, "a launcher pod for every VMI", timeout=60)
         pods = node_cluster.json("get", "pods", "-l", "kubevirt.io=virt-launcher")["items"]
-        images = {p["metadata"]["labels"].get("kubevirt.io/domain"):
+        images = {p["metadata"]["labels"].get("vmi.kubevirt.io/id"):
                   next(c["image"] for c in p["spec"]["containers"] if c["name"] == "compute") for p in pods}
         assert {n: images[n] for n in created} == dict.fromkeys(created, LAUNCHER_IMAGE)
         failures = [e["message"] for e in node_cluster.json("get", "events")["items"]
@@ -368,8 +353,8 @@ def test_a_guest_flooding_its_console_leaves_the_launchers_memory_flat_and_the_c
         console.type(b"~f")
         console.wait_for("KCH-GUEST-FLOODING")
         start, logged = time.monotonic(), sum(f.stat().st_size for f in serial_log_files(node_cluster, vmi, pod))
-        sample_for(20)  # a client attached
-    sample_for(10)  # nobody attached: the log alone
+        sample_for(12)  # a client attached
+    sample_for(6)  # nobody attached: the log alone
     with node_cluster.console("f-flood") as console:
         flooding = console.wait_for("KCH-GUEST-FLOOD 0123", count=20, timeout=30)
         assert "KCH-GUEST-FLOOD-STOPPED" not in flooding
@@ -384,4 +369,4 @@ def test_a_guest_flooding_its_console_leaves_the_launchers_memory_flat_and_the_c
     assert max(samples) - samples[0] < 2 * MiB, samples
     assert rate > 1024
     assert node_cluster.wait_for_vmi("f-flood", ready=True)["metadata"]["uid"] == vmi["metadata"]["uid"]
-    assert boots(node_cluster, pod) == 1
+    assert node_cluster.boots(pod) == 1
