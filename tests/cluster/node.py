@@ -361,6 +361,19 @@ class NodeCluster(Cluster):
         """What the pod's `guest-console-log` container (KubeVirt's virt-tail) printed: the guest's serial log."""
         return self.ok("logs", pod["metadata"]["name"], "-c", "guest-console-log")
 
+    def boots(self, pod: dict[str, Any], marker: str = "KCH-GUEST-READY") -> int:
+        """How many times the guest of `pod` booted (the tiny guest prints `marker` at every boot),
+        from its serial log once that shows a first boot: virt-tail prints a line some time after
+        the guest wrote it, and right after a restart kubelet answers 404 for a pod it has not
+        synced yet. ClusterError when no boot shows within 30 s."""
+        name = pod["metadata"]["name"]
+
+        def booted() -> int:
+            r = self.kubectl("logs", name, "-c", "guest-console-log")
+            return r.out.count(marker) if r.rc == 0 else 0
+        found: int = self.wait_for(booted, f"a boot in {name}'s serial log", timeout=30, every=1)
+        return found
+
     def add_node(self, name: str, ip: str, pod_cidr: str) -> None:
         """A worker node beside node01 (`node-up.sh` with NODE_NAME, NODE_IP, POD_CIDR: containerd,
         kubelet, kube-proxy, virt-handler in a network namespace of its own), the images loaded
