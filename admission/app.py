@@ -4,7 +4,7 @@ Why aiohttp (docs/admission.md): already a dependency, one asyncio server with s
 (so the certificate can be swapped per connection, `tls.py`), a request body limit built in
 (`client_max_size`), and fast enough (bench/admission.py).
 
-Paths (DESIGN.md): `POST /validate`, `POST /mutate-pod`, `GET /healthz`, `GET /readyz`,
+Paths (docs/admission.md): `POST /validate`, `POST /mutate-pod`, `GET /healthz`, `GET /readyz`,
 `GET /metrics`, `POST /mutate-vmi` (virt-controller's VMI writes: `launcher_status.py`) and
 `POST /validate-migration` (VirtualMachineInstanceMigrations: `migrations.py`).
 Deciding is pure (`rules.py`, `mutate.py`); this module only reads bodies, does the API calls in

@@ -62,27 +62,17 @@ PASST = 250 * MiB  # kubevirt pkg/network/resources/memory.go: "passt binary ove
 # --- Cloud Hypervisor's constants -------------------------------------------------------------
 
 # ch-launcher, the Python process that replaces virt-launcher-monitor + virt-launcher (and,
-# since it drives CH directly, virtlogd and virtqemud). Measured by bench/footprint.py in the
-# launcher image's own configuration (pip install '.[launcher]', -OO, MALLOC_ARENA_MAX=2; CPython
-# 3.11, grpcio 1.85, pydantic 2) after a Sync, with the real cloud-hypervisor running the tiny
-# guest (1 GiB / 1 vCPU): PSS 35.1-35.7 MiB for a launcher alone (RSS 47.2-47.4 MiB, of which the clean
-# file pages of the interpreter, gRPC and pydantic-core are ~20 MiB the kernel can reclaim), 27.7
-# MiB per launcher with 50 side by side (they share the image's files); anonymous memory, the
-# part no other process shares, 27.1-27.2 MiB. 45 MiB = the highest lone PSS + 26 % headroom for what the
-# measured VMI lacks (a pod network's DHCP server, more disks and NICs to translate, bigger
-# cloud-init data) and a Sync's transient buffers. `overhead.launcherMiB` in the config overrides it.
+# since it drives CH directly, virtlogd and virtqemud): the highest PSS bench/footprint.py measured
+# for a lone launcher plus 26 % headroom for what the measured VMI lacks (a DHCP server, more disks
+# and NICs, bigger cloud-init data) and a Sync's transient buffers. The derivation and figures:
+# docs/admission.md (the per-term table) and docs/figures.md. `overhead.launcherMiB` overrides it.
 CH_LAUNCHER = 45 * MiB
 
-# The cloud-hypervisor process without guest RAM. Measured by bench/footprint.py beside the
-# launcher (real v53.0 binary, 1 GiB / 1 vCPU, three disks, rng, serial on a socket, the tiny
-# guest running): RSS 9.3-9.7 MiB apart from the guest RAM mapping, of which ~7.3 MiB are the binary's
-# clean file pages and ~1.5 MiB libc's (shared by every VMM on a node) and ~0.6 MiB anonymous;
-# more vCPUs (1 -> 8) or disks (0 -> 8) moved it by less than 0.4 MiB. The guest RAM the tiny
-# guest touched (4 MiB) is guest memory, which the pod's memory request already holds; the
-# VMM's own page tables (VmPTE) are 0.1-0.2 MiB, the kernel's tables for guest RAM are the
-# page-tables row. What the tiny guest cannot show: a real guest drives its virtio devices, whose
-# queue threads and io_uring rings then start (CH_PER_DEVICE). 12 MiB = the highest measured RSS + 24 %.
-# `overhead.vmmMiB` overrides it.
+# The cloud-hypervisor process without guest RAM: the highest RSS bench/footprint.py measured for
+# the real v53.0 binary beside a running guest, apart from the guest RAM mapping (which the pod's
+# memory request already holds), plus 24 % for what the tiny guest cannot show (a real guest
+# starts its devices' queue threads and io_uring rings: CH_PER_DEVICE). Figures: docs/admission.md
+# and docs/figures.md. `overhead.vmmMiB` overrides it.
 CH_VMM = 12 * MiB
 
 # Per vCPU, *estimate*: the kernel's KVM state per vCPU (struct kvm_vcpu, VMCS/VMCB, MMU page

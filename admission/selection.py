@@ -1,6 +1,6 @@
 """Which objects the add-on handles, and where their VMI template sits.
 
-The selection is the annotation `kubevirt-ch.io/hypervisor: cloud-hypervisor` on a VMI (DESIGN.md).
+The selection is the annotation `kubevirt-ch.io/hypervisor: cloud-hypervisor` on a VMI (docs/admission.md "Selection").
 Owners (VirtualMachine, VirtualMachineInstanceReplicaSet, VirtualMachinePool) carry it on the
 template that becomes the VMI, or on themselves. Pure; never raises on odd shapes (a field that
 is not an object counts as absent).

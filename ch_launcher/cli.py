@@ -1,6 +1,6 @@
 """`ch-launcher`: a drop-in for virt-launcher that runs the VMI on Cloud Hypervisor.
 
-Command line (contract.md §8, DESIGN.md "ch-launcher command line"): every virt-launcher flag
+Command line (contract.md §8, docs/architecture.md "The processes"): every virt-launcher flag
 with KubeVirt's default (unknown flags are logged and ignored, because virt-controller renders
 the command line), plus `--ch-binary` (env CH_BINARY), `--private-dir` and `--firmware-dir`.
 

@@ -22,9 +22,8 @@ carry the VMM's error chain.
 
 The client is blocking; the launcher calls it from a worker thread. It never retries a request
 (a retried PUT could act twice). The transport (`ch.api_transport`) is the standard library's
-`http.client` on an `AF_UNIX` socket: requests + requests-unixsocket did the same for 133 more
-modules and about 5 MiB of every launcher's memory (bench/footprint.py's import attribution), one
-request at a time over a local socket needs none of their pooling, proxies, cookies or encodings.
+`http.client` on an `AF_UNIX` socket: one request at a time over a local socket needs no
+pooling, proxies, cookies or encodings, and no third-party HTTP stack in every launcher's memory.
 """
 
 from __future__ import annotations

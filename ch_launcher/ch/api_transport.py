@@ -2,10 +2,9 @@
 request, one request at a time per socket path (the lock every client of that path shares), and
 reading an answer's body without waiting for a close that never comes (`read_body`).
 
-The standard library's `http.client` on an `AF_UNIX` socket: requests + requests-unixsocket did
-the same for 133 more modules and about 5 MiB of every launcher's memory (bench/footprint.py's
-import attribution), one request at a time over a local socket needs none of their pooling,
-proxies, cookies or encodings.
+The standard library's `http.client` on an `AF_UNIX` socket: one request at a time over a local
+socket needs no pooling, proxies, cookies or encodings, and no third-party HTTP stack in every
+launcher's memory.
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ class PermittedHostDevices:
 
 @dataclass(frozen=True)
 class LauncherEnv:
-    """Directories of the launcher (DESIGN.md: every path derives from the flags), the pod's facts
+    """Directories of the launcher (every path derives from the flags: docs/architecture.md), the pod's facts
     in the launcher, the KubeVirt CR's permitted host devices and default eviction strategy at
     admission."""
 

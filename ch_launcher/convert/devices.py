@@ -1,7 +1,7 @@
 """`spec.domain.devices` other than disks and NICs -> rng, vsock, fs, VFIO, watchdog, pvpanic.
 
 Decided on what Cloud Hypervisor v53 really has (cloud-hypervisor.md §8; the full table with
-reasons is the README feature table):
+reasons is docs/features.md):
 
 - `rng` -> virtio-rng from `/dev/urandom` (CH adds one anyway; set explicitly when asked).
 - `autoattachVSOCK` -> a virtio-vsock device with the CID virt-controller put in

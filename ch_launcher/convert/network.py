@@ -1,6 +1,6 @@
 """`spec.domain.devices.interfaces` + `spec.networks` -> `net`, VFIO `devices`, DHCP servers.
 
-What each binding becomes on Cloud Hypervisor (decisions in the README feature table):
+What each binding becomes on Cloud Hypervisor (decisions in docs/features.md):
 
 - `masquerade` (pod network) and `bridge` (pod or Multus network): a virtio-net device on the tap
   virt-handler created in phase 1 (`tap0`, or `tap<suffix>` for a secondary network, see

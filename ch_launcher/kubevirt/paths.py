@@ -1,6 +1,6 @@
 """Where things live in a launcher pod by default: virt-launcher's flag defaults
 (kubevirt cmd/virt-launcher/virt-launcher.go@d923fdb815cd, contract.md §7.5, §8) and the
-launcher's own (DESIGN.md "ch-launcher command line"). One copy, used by the command line, the
+launcher's own (docs/architecture.md "The processes"). One copy, used by the command line, the
 manager's settings and the translator's environment; every path derives from these or the flags.
 """
 

@@ -192,7 +192,9 @@ class Supervision:
         record = self._record
         how = describe_exit(code)
         self._check_failure(session)  # its vm:shutdown may have been lost
-        if (record.soft_reboot and session.saw_shutdown and not session.killing and session.failure is None
+        # exit 0 is an orderly shutdown even when CH's event thread had no time to write vm:shutdown
+        guest_shut_down = session.saw_shutdown or code == 0
+        if (record.soft_reboot and guest_shut_down and not session.killing and session.failure is None
                 and record.state in UP):
             log.info("the guest shut down for a soft reboot; booting it again")
             record.soft_reboot = False

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -64,8 +65,10 @@ from typing import Any
 
 import yaml
 
+from tests.builders import new_vmi, with_hypervisor, with_memory
 from tests.manifests.pod import Container
-from tests.manifests.render import MANIFESTS, REPO, kubectl as kubectl_binary, one, render
+from tests.manifests.render import MANIFESTS, REPO, one, render
+from tests.manifests.render import kubectl as kubectl_binary
 from tests.netns import kill_processes_in, sweep_stale_namespaces
 
 SHARED_K8S = REPO.parent / "shared" / "k8s"
@@ -88,7 +91,6 @@ PERMITTED_HOST_DEVICES = {
 }
 _serial = itertools.count(1)
 _NETNS = re.compile(r"^kvch-api-(\d+)-\d+$")  # the creating pid is in the name
-_swept = False
 
 
 def sweep_stale_clusters() -> None:
@@ -97,6 +99,12 @@ def sweep_stale_clusters() -> None:
     kube-controller-manager, virt-api, ch-admission). Only names of this module's scheme whose
     creating pid is gone are touched."""
     sweep_stale_namespaces(_NETNS)
+
+
+@functools.cache
+def _sweep_once() -> None:
+    """`sweep_stale_clusters()` the first time a test process starts a control plane."""
+    sweep_stale_clusters()
 
 
 def _merged(base: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
@@ -170,10 +178,12 @@ class Cluster:
                 "KUBECONFIG": str(self.run_dir / "kubeconfig"), "KUBECACHEDIR": str(self.workdir / "kube-cache"),
                 "KUBECTL": self.kubectl_path, "EPIP": EPIP}
 
-    def _in_netns(self, args: Sequence[str], input: str | None = None, timeout: float = 120,
+    def _in_netns(self, args: Sequence[str],
+                  input: str | None = None,  # noqa: A002 - subprocess.run's name, as the callers pass it
+                  timeout: float = 120,
                   stderr: int | None = subprocess.STDOUT, cwd: pathlib.Path = REPO) -> subprocess.CompletedProcess:
         return subprocess.run(["ip", "netns", "exec", self.netns, *args], input=input, text=True, cwd=cwd,
-                              stdout=subprocess.PIPE, stderr=stderr, env=self._env(), timeout=timeout)
+                              stdout=subprocess.PIPE, stderr=stderr, env=self._env(), timeout=timeout, check=False)
 
     def _script(self, name: str, timeout: float = 300) -> str:
         proc = self._in_netns(["bash", str(SHARED_K8S / name)], timeout=timeout)
@@ -186,12 +196,15 @@ class Cluster:
         for log in ("apiserver.log", "etcd.log", "kcm.log", "virtapi.log"):
             path = self.run_dir / log
             if path.exists():
-                parts.append(f"\n--- {log} (last lines)\n" + "\n".join(path.read_text(errors="replace").splitlines()[-30:]))
+                tail = path.read_text(errors="replace").splitlines()[-30:]
+                parts.append(f"\n--- {log} (last lines)\n" + "\n".join(tail))
         return "".join(parts)
 
     # --- kubectl --------------------------------------------------------------------------
 
-    def kubectl(self, *args: str, input: str | None = None, timeout: float = 120) -> Run:
+    def kubectl(self, *args: str,
+                input: str | None = None,  # noqa: A002 - subprocess.run's name, as the callers pass it
+                timeout: float = 120) -> Run:
         """`kubectl ARGS` as the cluster's admin (system:masters), from the checkout's root (so
         `-k addon_manifests/` reads as in the README)."""
         proc = self._in_netns([self.kubectl_path, *args], input=input, timeout=timeout)
@@ -204,7 +217,7 @@ class Cluster:
             raise ClusterError(f"kubectl {' '.join(args)} -o json: {proc.stderr}")
         return json.loads(proc.stdout)
 
-    def ok(self, *args: str, input: str | None = None) -> str:
+    def ok(self, *args: str, input: str | None = None) -> str:  # noqa: A002 - subprocess.run's name
         """`kubectl ARGS` that must succeed; its output."""
         r = self.kubectl(*args, input=input)
         if r.rc != 0:
@@ -242,26 +255,24 @@ class Cluster:
                             kubevirt_version: str = KUBEVIRT_VERSION,
                             kubevirt_spec: Mapping[str, Any] | None = None) -> Cluster:
         """Steps 1-3 of the module docstring. `kubevirt_spec`: more of the KubeVirt CR's spec."""
-        global _swept
-        if not _swept:
-            sweep_stale_clusters()
-            _swept = True
+        _sweep_once()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(["ip", "netns", "add", self.netns], capture_output=True, text=True, timeout=20)
+        proc = subprocess.run(["ip", "netns", "add", self.netns], capture_output=True, text=True, timeout=20,
+                              check=False)
         if proc.returncode != 0:
             raise ClusterError(f"ip netns add {self.netns}: {proc.stderr.strip()}")
         self._netns_created = True
         self._up = True  # from here on, close() runs down.sh
         self._script("up.sh")
         self.ok("apply", "--server-side", "-f", str(SHARED_K8S / "kubevirt-crds.yaml"))
-        self.ok("wait", "--for=condition=Established", "crd", "--all", "--timeout=120s")
+        self.wait_for(self._crds_established, "KubeVirt's CRDs to be Established", timeout=120, every=0.5)
         # virt-api refuses spec.domain.devices.hostDevices unless the HostDevices gate is on
         # (validateHostDevicesWithPassthroughEnabled, vmi-create-admitter.go@d923fdb815cd)
         configuration = {"developerConfiguration": {"featureGates": ["HostDevices"]},
                          "permittedHostDevices": PERMITTED_HOST_DEVICES}
-        kubevirt = {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
-                    "metadata": {"name": "kubevirt", "namespace": "kubevirt"},
-                    "spec": _merged({"configuration": configuration}, kubevirt_spec or {})}
+        kubevirt: dict[str, Any] = {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+                                    "metadata": {"name": "kubevirt", "namespace": "kubevirt"},
+                                    "spec": _merged({"configuration": configuration}, kubevirt_spec or {})}
         if workload_update_methods:
             kubevirt["spec"]["workloadUpdateStrategy"] = {"workloadUpdateMethods": list(workload_update_methods)}
         self.ok("create", "namespace", "kubevirt")
@@ -279,6 +290,18 @@ class Cluster:
                 "-p", json.dumps(status))
         self._script("virt-api.sh")
         return self
+
+    def _crds_established(self) -> bool:
+        """Every CRD has Established=True. Polled rather than `kubectl wait --all`, which fails
+        outright when its watch drops under load and the relist shows a CRD without conditions
+        yet (`.status.conditions accessor error: <nil>`, seen in make test at a load of 14)."""
+        try:
+            crds = self.json("get", "crd")["items"]
+        except ClusterError:
+            return False
+        return bool(crds) and all(any(c.get("type") == "Established" and c.get("status") == "True"
+                                      for c in crd.get("status", {}).get("conditions") or [])
+                                  for crd in crds)
 
     def install_addon(self) -> Run:
         """Step 4: `kubectl apply -k addon_manifests/`, kept in `install_output`."""
@@ -313,11 +336,7 @@ class Cluster:
         container.start(timeout=timeout)
         self.admission = container
         (self.run_dir / "admission.pid").write_text(f"{container.proc.pid}\n")  # down.sh stops it too
-        probe = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-                 "metadata": {"name": "harness-probe", "namespace": "default",
-                              "annotations": {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"}},
-                 "spec": {"domain": {"memory": {"guest": "128Mi"}, "devices": {}}}}
-        text = self.yaml(probe)
+        text = self.yaml(new_vmi("harness-probe", with_hypervisor(), with_memory("128Mi")))
         self.wait_for(lambda: "failed calling webhook" not in self.kubectl("create", "--dry-run=server", "-f", "-",
                                                                            input=text).out,
                       "the API server to reach ch-admission", timeout=timeout)
@@ -326,8 +345,9 @@ class Cluster:
     def _write_service_account_kubeconfig(self, namespace: str, account: str) -> None:
         token = self.ok("create", "token", account, "-n", namespace, "--duration=12h").strip()
         config = {"apiVersion": "v1", "kind": "Config", "current-context": "sa",
-                  "clusters": [{"name": "local", "cluster": {"server": "https://127.0.0.1:16443",
-                                                             "certificate-authority": str(self.run_dir / "pki" / "ca.crt")}}],
+                  "clusters": [{"name": "local", "cluster": {
+                      "server": "https://127.0.0.1:16443",
+                      "certificate-authority": str(self.run_dir / "pki" / "ca.crt")}}],
                   "users": [{"name": account, "user": {"token": token}}],
                   "contexts": [{"name": "sa", "context": {"cluster": "local", "user": account}}]}
         self._token_file.write_text(yaml.safe_dump(config))
@@ -383,4 +403,4 @@ class Cluster:
         if self._netns_created:
             self._netns_created = False
             kill_processes_in(self.netns, timeout=10)  # whatever down.sh had no pid file for
-            subprocess.run(["ip", "netns", "delete", self.netns], capture_output=True, timeout=20)
+            subprocess.run(["ip", "netns", "delete", self.netns], capture_output=True, timeout=20, check=False)

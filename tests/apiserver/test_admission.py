@@ -15,7 +15,16 @@ import pytest
 from admission.mutate import RECORD_ANNOTATION
 from tests.apiserver.cluster import Run
 from tests.apiserver.readme import row_showing, use_refused
-
+from tests.builders import (
+    new_vmi,
+    with_annotations,
+    with_cdrom,
+    with_container_disk,
+    with_devices,
+    with_masquerade,
+    with_memory,
+    with_spec,
+)
 
 CH = {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"}
 GRAPHICS = "no display (VNC) on Cloud Hypervisor; use the serial console"
@@ -26,25 +35,18 @@ VALIDATOR = '"virtualmachineinstances.validator.kubevirt-ch.io"'
 def spec(graphics: bool = False, cdrom: bool = False, memory: str | None = "128Mi", **extra: Any) -> dict[str, Any]:
     """A VMI spec Cloud Hypervisor runs; `graphics` leaves KubeVirt's default display on (a
     warning), `cdrom` adds a CD-ROM (a denial)."""
-    devices: dict[str, Any] = {"disks": [{"name": "root", "disk": {"bus": "virtio"}}],
-                               "interfaces": [{"name": "default", "masquerade": {}}]}
-    volumes = [{"name": "root", "containerDisk": {"image": "quay.io/containerdisks/fedora:latest"}}]
+    options = [with_container_disk("quay.io/containerdisks/fedora:latest", name="root"), with_masquerade()]
     if not graphics:
-        devices["autoattachGraphicsDevice"] = False
+        options.append(with_devices(autoattachGraphicsDevice=False))
     if cdrom:
-        devices["disks"].append({"name": "iso", "cdrom": {"bus": "sata"}})
-        volumes.append({"name": "iso", "containerDisk": {"image": "example.org/installer:latest"}})
-    domain: dict[str, Any] = {"devices": devices}
+        options.append(with_cdrom("iso", "example.org/installer:latest"))
     if memory:
-        domain["memory"] = {"guest": memory}
-    return {"domain": domain, "networks": [{"name": "default", "pod": {}}], "volumes": volumes, **extra}
+        options.append(with_memory(memory))
+    return new_vmi("template", *options, with_spec(**extra))["spec"]
 
 
 def vmi(name: str, annotations: dict | None = CH, **kw: Any) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": "default"}
-    if annotations is not None:
-        meta["annotations"] = dict(annotations)
-    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": meta, "spec": spec(**kw)}
+    return new_vmi(name, with_annotations(annotations), with_spec(**spec(**kw)))
 
 
 def vm(name: str, template_annotations: dict | None = CH, own: dict | None = None, **kw: Any) -> dict[str, Any]:
@@ -96,8 +98,8 @@ def test_a_degraded_vmi_is_created_with_a_warning_naming_the_field(cluster):
 
 def test_a_vmi_cloud_hypervisor_cannot_run_is_refused_naming_the_field(cluster):
     r = create(cluster, vmi("cdrom", cdrom=True))
-    assert (r.rc, r.lines) == (1, [f"The request is invalid: spec.domain.devices.disks[1].cdrom: "
-                                   f"spec.domain.devices.disks[1].cdrom {CDROM}"])
+    assert (r.rc, r.lines) == (1, [(f"The request is invalid: spec.domain.devices.disks[1].cdrom: "
+                                    f"spec.domain.devices.disks[1].cdrom {CDROM}")])
     assert cluster.kubectl("get", "vmi", "cdrom").rc == 1
     row_showing(r.lines[0])
 
@@ -109,8 +111,8 @@ def test_several_problems_are_listed_one_per_line(cluster):
     assert (r.rc, r.lines) == (1, [
         "The request is invalid: ",
         f"* spec.domain.devices.disks[1].cdrom: spec.domain.devices.disks[1].cdrom {CDROM}",
-        "* spec.domain.devices.interfaces[0].model: spec.domain.devices.interfaces[0].model 'e1000' is not "
-        "supported: Cloud Hypervisor emulates only virtio-net NICs"])
+        ("* spec.domain.devices.interfaces[0].model: spec.domain.devices.interfaces[0].model 'e1000' is not "
+         "supported: Cloud Hypervisor emulates only virtio-net NICs")])
     assert row_showing(r.lines[0]) == row_showing(r.lines[1])
 
 
@@ -145,9 +147,9 @@ def test_a_vmis_backend_cannot_change_after_creation(cluster):
     create(cluster, vmi("fixed-backend"))
     r = cluster.kubectl("annotate", "vmi", "fixed-backend", "kubevirt-ch.io/hypervisor-")
     field = "metadata.annotations[kubevirt-ch.io/hypervisor]"
-    assert (r.rc, r.lines) == (1, [f"The request is invalid: {field}: {field}: the hypervisor of an existing "
-                                   "VirtualMachineInstance cannot change (was 'cloud-hypervisor', now absent); "
-                                   "delete and re-create the VMI instead"])
+    assert (r.rc, r.lines) == (1, [(f"The request is invalid: {field}: {field}: the hypervisor of an existing "
+                                    "VirtualMachineInstance cannot change (was 'cloud-hypervisor', now absent); "
+                                    "delete and re-create the VMI instead")])
 
 
 # --- VirtualMachines, with and without instancetypes and preferences ----------------------------
@@ -159,15 +161,15 @@ def test_vms_are_judged_by_their_template_with_its_paths(cluster):
     assert r.lines == [f"Warning: spec.template.spec.domain.devices.autoattachGraphicsDevice: {GRAPHICS}",
                        "virtualmachine.kubevirt.io/vm-display created"]
     r = create(cluster, vm("vm-cdrom", cdrom=True))
-    assert (r.rc, r.lines) == (1, [f"The request is invalid: spec.template.spec.domain.devices.disks[1].cdrom: "
-                                   f"spec.template.spec.domain.devices.disks[1].cdrom {CDROM}"])
+    assert (r.rc, r.lines) == (1, [(f"The request is invalid: spec.template.spec.domain.devices.disks[1].cdrom: "
+                                    f"spec.template.spec.domain.devices.disks[1].cdrom {CDROM}")])
 
 
 def test_a_vm_annotated_on_itself_is_told_where_the_annotation_belongs(cluster):
     r = create(cluster, vm("vm-own", template_annotations=None, own=CH))
-    assert r.lines == ["Warning: kubevirt-ch.io/hypervisor in metadata.annotations does not reach the "
-                       "VirtualMachine's VMIs: set it in spec.template.metadata.annotations to run them on Cloud "
-                       "Hypervisor", "virtualmachine.kubevirt.io/vm-own created"]
+    assert r.lines == [("Warning: kubevirt-ch.io/hypervisor in metadata.annotations does not reach the "
+                        "VirtualMachine's VMIs: set it in spec.template.metadata.annotations to run them on Cloud "
+                        "Hypervisor"), "virtualmachine.kubevirt.io/vm-own created"]
 
 
 INSTANCETYPE = {"apiVersion": "instancetype.kubevirt.io/v1beta1", "kind": "VirtualMachineClusterInstancetype",
@@ -230,9 +232,9 @@ def test_what_a_preference_brings_is_judged_when_the_vmi_is_created(cluster, ins
     obj = instancetype_vm("vm-e1000", preference="ch.e1000")
     assert create(cluster, obj).out == "virtualmachine.kubevirt.io/vm-e1000 created\n"
     r = create(cluster, the_vmi_virt_controller_creates(obj, "vm-e1000"))
-    assert (r.rc, r.lines) == (1, ["The request is invalid: spec.domain.devices.interfaces[0].model: "
-                                   "spec.domain.devices.interfaces[0].model 'e1000' is not supported: Cloud "
-                                   "Hypervisor emulates only virtio-net NICs"])
+    assert (r.rc, r.lines) == (1, [("The request is invalid: spec.domain.devices.interfaces[0].model: "
+                                    "spec.domain.devices.interfaces[0].model 'e1000' is not supported: Cloud "
+                                    "Hypervisor emulates only virtio-net NICs")])
 
 
 def test_an_instancetype_vm_that_sets_memory_itself_is_refused_by_kubevirt(cluster, instancetypes):
@@ -252,8 +254,8 @@ def test_replica_sets_and_pools_are_judged_by_their_vmi_template(cluster):
     assert create(cluster, replicaset("rs-runs")).out == \
         "virtualmachineinstancereplicaset.kubevirt.io/rs-runs created\n"
     r = create(cluster, replicaset("rs-cdrom", cdrom=True))
-    assert (r.rc, r.lines) == (1, [f"The request is invalid: spec.template.spec.domain.devices.disks[1].cdrom: "
-                                   f"spec.template.spec.domain.devices.disks[1].cdrom {CDROM}"])
+    assert (r.rc, r.lines) == (1, [(f"The request is invalid: spec.template.spec.domain.devices.disks[1].cdrom: "
+                                    f"spec.template.spec.domain.devices.disks[1].cdrom {CDROM}")])
     r = create(cluster, replicaset("rs-display", graphics=True))
     assert r.lines == [f"Warning: spec.template.spec.domain.devices.autoattachGraphicsDevice: {GRAPHICS}",
                        "virtualmachineinstancereplicaset.kubevirt.io/rs-display created"]
@@ -262,8 +264,8 @@ def test_replica_sets_and_pools_are_judged_by_their_vmi_template(cluster):
     assert r.lines == [f"Warning: {prefix}.domain.devices.autoattachGraphicsDevice: {GRAPHICS}",
                        "virtualmachinepool.pool.kubevirt.io/pool-display created"]
     r = create(cluster, pool("pool-cdrom", cdrom=True))
-    assert (r.rc, r.lines) == (1, [f"The request is invalid: {prefix}.domain.devices.disks[1].cdrom: "
-                                   f"{prefix}.domain.devices.disks[1].cdrom {CDROM}"])
+    assert (r.rc, r.lines) == (1, [(f"The request is invalid: {prefix}.domain.devices.disks[1].cdrom: "
+                                    f"{prefix}.domain.devices.disks[1].cdrom {CDROM}")])
 
 
 # --- the cluster's workload updater is the operators' business --------------------------------

@@ -76,8 +76,8 @@ def test_a_resource_permitted_as_usb_while_the_server_runs_is_refused_within_sec
     text = cluster.yaml(with_host_devices(vmi("late-usb"), resource))
     before = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=text)
     assert (before.rc, before.lines) == (0, [
-        f"Warning: spec.domain.devices.hostDevices[0]: {resource} must be a PCI or mediated device: a USB one "
-        "fails the start (Cloud Hypervisor has no USB)",
+        (f"Warning: spec.domain.devices.hostDevices[0]: {resource} must be a PCI or mediated device: a USB one "
+         "fails the start (Cloud Hypervisor has no USB)"),
         "virtualmachineinstance.kubevirt.io/late-usb created (server dry run)"])
     permitted = copy.deepcopy(PERMITTED_HOST_DEVICES)
     permitted["usb"].append({"resourceName": resource, "externalResourceProvider": True})

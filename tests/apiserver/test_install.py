@@ -7,6 +7,7 @@ import pytest
 
 from tests.apiserver.cluster import SORT_NOTICE
 from tests.apiserver.readme import row_showing
+from tests.builders import new_vmi, with_hypervisor, with_memory
 from tests.manifests.render import MANIFESTS, one, render
 
 SA = "system:serviceaccount:kubevirt-ch:ch-admission"
@@ -48,7 +49,8 @@ def test_applying_again_changes_nothing(cluster):
     again = cluster.kubectl("apply", "-k", "addon_manifests/")
     assert again.rc == 0
     expected = [f"{name} unchanged" for name in INSTALLED]
-    expected[INSTALLED.index("poddisruptionbudget.policy/ch-admission")] = "poddisruptionbudget.policy/ch-admission configured"
+    pdb = "poddisruptionbudget.policy/ch-admission"
+    expected[INSTALLED.index(pdb)] = f"{pdb} configured"
     assert again.without_sort_notice() == expected
     after = cluster.json("get", "pdb", "ch-admission", "-n", "kubevirt-ch")["metadata"]
     assert (after["resourceVersion"], after["generation"]) == (before["resourceVersion"], before["generation"])
@@ -83,10 +85,7 @@ def test_the_policies_type_check_without_warnings(cluster, policy):
         if policy == "kubevirt-ch-guard":
             cluster.ok("delete", "-k", "addon_manifests/guard/")
             # the API server drops a deleted policy within about a second: let no later test meet it
-            probe = cluster.yaml({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-                                  "metadata": {"name": "after-guard", "namespace": "default",
-                                               "annotations": {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"}},
-                                  "spec": {"domain": {"memory": {"guest": "128Mi"}, "devices": {}}}})
+            probe = cluster.yaml(new_vmi("after-guard", with_hypervisor(), with_memory("128Mi")))
             cluster.wait_for(lambda: "kubevirt-ch-guard" not in cluster.kubectl(
                 "create", "--dry-run=server", "-f", "-", input=probe).out, "the guard to be gone")
 
@@ -108,7 +107,8 @@ def test_the_service_account_has_exactly_its_intended_rights(cluster):
         "virtualmachineinstances.kubevirt.io [] [] [get]",
     ]
     assert rules(cluster, "default") == cluster_wide
-    assert rules(cluster, "kubevirt-ch") == sorted(cluster_wide + [
+    assert rules(cluster, "kubevirt-ch") == sorted([
+        *cluster_wide,
         "deployments.apps [] [ch-admission] [get]",
         "events [] [] [create]",
         "secrets [] [] [create]",
@@ -148,16 +148,13 @@ def test_a_webhook_configuration_replaced_without_its_ca_fails_with_x509_until_t
     config = one(render(MANIFESTS), "ValidatingWebhookConfiguration", "kubevirt-ch-validator")
     try:
         assert cluster.kubectl("replace", "-f", "-", input=cluster.yaml(config)).rc == 0
-        vmi = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-               "metadata": {"name": "no-ca", "namespace": "default",
-                            "annotations": {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"}},
-               "spec": {"domain": {"memory": {"guest": "128Mi"}, "devices": {}}}}
+        vmi = new_vmi("no-ca", with_hypervisor(), with_memory("128Mi"))
         r = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=cluster.yaml(vmi))
         assert (r.rc, r.lines) == (1, [
-            'Error from server (InternalError): error when creating "STDIN": Internal error occurred: failed calling '
-            'webhook "virtualmachineinstances.validator.kubevirt-ch.io": failed to call webhook: Post '
-            '"https://ch-admission.kubevirt-ch.svc:443/validate?timeout=5s": tls: failed to verify certificate: '
-            'x509: certificate signed by unknown authority'])
+            ('Error from server (InternalError): error when creating "STDIN": Internal error occurred: failed calling '
+             'webhook "virtualmachineinstances.validator.kubevirt-ch.io": failed to call webhook: Post '
+             '"https://ch-admission.kubevirt-ch.svc:443/validate?timeout=5s": tls: failed to verify certificate: '
+             'x509: certificate signed by unknown authority')])
         assert "`x509: certificate signed by unknown authority`" in row_showing(r.lines[0])
     finally:
         cluster.stop_admission()

@@ -70,8 +70,8 @@ def test_a_kubevirt_release_outside_the_supported_range_refuses_new_ch_vms_and_t
 
     set_version(c, "kubevirt", "v1.7.2")
     restart(c)
-    problem = "Cloud Hypervisor is not available on KubeVirt v1.7.2: this kubevirt-ch release supports KubeVirt " \
-              ">=1.8.0, <1.10.0"
+    problem = ("Cloud Hypervisor is not available on KubeVirt v1.7.2: this kubevirt-ch release supports KubeVirt "
+               ">=1.8.0, <1.10.0")
     r = create(c, vmi("on-old-kubevirt"))
     assert (r.rc, r.lines) == (1, [f"The request is invalid: {FIELD}: {FIELD}: {problem}"])
     assert "`KubeVirtVersionUnsupported`" in row_showing(r.lines[0])
@@ -102,8 +102,8 @@ def test_a_server_up_before_kubevirt_has_deployed_refuses_ch_vms_until_it_has_an
     restart(c)
     reason = "the KubeVirt resource has no status.observedKubeVirtVersion yet"
     r = create(c, vmi("while-deploying"))
-    assert (r.rc, r.lines) == (1, [f"The request is invalid: {FIELD}: {FIELD}: cannot verify the cluster's KubeVirt "
-                                   f"version ({reason}); Cloud Hypervisor VMIs are refused until it can be read"])
+    assert (r.rc, r.lines) == (1, [(f"The request is invalid: {FIELD}: {FIELD}: cannot verify the cluster's KubeVirt "
+                                    f"version ({reason}); Cloud Hypervisor VMIs are refused until it can be read")])
     assert "`KubeVirtUnreadable`" in row_showing(r.lines[0])
     message = (f"cannot read KubeVirt kubevirt/kubevirt ({reason}): new Cloud Hypervisor VMIs and their launcher "
                "pods are refused until it can be read")
@@ -114,7 +114,7 @@ def test_a_server_up_before_kubevirt_has_deployed_refuses_ch_vms_until_it_has_an
     r = c.wait_for(lambda: (lambda r: r if r.rc == 0 else None)(c.kubectl("create", "-f", "-", input=text)),
                    "the server to read the KubeVirt version again", every=1)
     assert r.out == "virtualmachineinstance.kubevirt.io/once-deployed created\n"
-    assert f'ch_admission_cluster_condition{{condition="KubeVirtUnreadable"}} 0.0' in c.metrics()
+    assert 'ch_admission_cluster_condition{condition="KubeVirtUnreadable"} 0.0' in c.metrics()
     c.wait_for(lambda: any(line.endswith(f"INFO admission: cluster condition KubeVirtUnreadable no longer holds "
                                          f"(was: {message})") for line in c.admission.log), "the INFO line")
     c.wait_for(lambda: any(re.fullmatch(rf"  Normal +KubeVirtUnreadableResolved +\S+ +ch-admission +"
@@ -138,11 +138,12 @@ def test_a_kubevirt_cr_named_as_hyperconverged_names_it_is_found_once_configured
 
     r = create(c, vmi("no-kubevirt-cr"))
     reason = "KubeVirt kubevirt/kubevirt not found"
-    assert (r.rc, r.lines) == (1, [f"The request is invalid: {FIELD}: {FIELD}: cannot verify the cluster's KubeVirt "
-                                   f"version ({reason}); Cloud Hypervisor VMIs are refused until it can be read"])
+    assert (r.rc, r.lines) == (1, [(f"The request is invalid: {FIELD}: {FIELD}: cannot verify the cluster's KubeVirt "
+                                    f"version ({reason}); Cloud Hypervisor VMIs are refused until it can be read")])
     assert "`KubeVirtUnreadable`" in row_showing(r.lines[0])
-    told_to_operators(c, "KubeVirtUnreadable", f"cannot read KubeVirt kubevirt/kubevirt ({reason}): new Cloud "
-                                               "Hypervisor VMIs and their launcher pods are refused until it can be read")
+    told_to_operators(c, "KubeVirtUnreadable",
+                      f"cannot read KubeVirt kubevirt/kubevirt ({reason}): new Cloud Hypervisor VMIs and their "
+                      "launcher pods are refused until it can be read")
 
     # the fix: an overlay of the operator's own that sets kubevirt.name (the add-on's files unchanged)
     configmap = c.json("get", "configmap", "ch-admission-config", "-n", "kubevirt-ch")

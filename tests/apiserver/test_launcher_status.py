@@ -23,9 +23,13 @@ from typing import Any
 import pytest
 
 from tests.apiserver.cluster import Cluster
+from tests.builders import new_vmi, with_hypervisor, with_label, with_memory
 from tests.manifests.render import MANIFESTS, one, render
 from tests.unit.admission.virt_controller import (
-    has_outdated_label, is_outdated, prepare_vmi_patch, set_launcher_container_info,
+    has_outdated_label,
+    is_outdated,
+    prepare_vmi_patch,
+    set_launcher_container_info,
 )
 
 pytestmark = pytest.mark.apiserver
@@ -45,10 +49,7 @@ READY = [{"type": "Ready", "status": "True"}]
 
 
 def vmi(name: str) -> dict[str, Any]:
-    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-            "metadata": {"name": name, "namespace": "default", "labels": {"app": name},
-                         "annotations": {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"}},
-            "spec": {"domain": {"memory": {"guest": "128Mi"}, "devices": {}}}}
+    return new_vmi(name, with_label("app", name), with_hypervisor(), with_memory("128Mi"))
 
 
 class Controllers:
@@ -218,7 +219,7 @@ def test_with_the_server_down_a_write_goes_through_as_sent_and_a_resync_makes_it
     c.start(CH)
     assert row_of(outdated_command(cluster).stdout, "ls-outage")[-2:] == ["current", "current"]
     with cluster.admission_stopped():
-        c.reconcile(CH, conditions=READY + [{"type": "LiveMigratable", "status": "True"}])
+        c.reconcile(CH, conditions=[*READY, {"type": "LiveMigratable", "status": "True"}])
         assert looks(c.get(), c.kv) == "outdated"
     listed = outdated_command(cluster)
     assert listed.returncode == 1

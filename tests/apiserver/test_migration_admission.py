@@ -1,6 +1,6 @@
 """Migrations through the real API server, with virt-api's webhooks judging beside the add-on's.
 
-`evictionStrategy` (ch_launcher/convert/policy.py, README's lifecycle table): admitted for Cloud
+`evictionStrategy` (ch_launcher/convert/policy.py, docs/features.md): admitted for Cloud
 Hypervisor VMIs that can live-migrate, refused with KubeVirt's LiveMigratable reason and the
 field's path for those that cannot (a drain would block on migrations that fail at once), for
 VMIs and for the VMI templates of VirtualMachines (server-side dry runs). VirtualMachineInstance-
@@ -11,7 +11,6 @@ are KubeVirt's business."""
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import subprocess
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ import pytest
 
 from tests.apiserver.cluster import REPO
 from tests.apiserver.readme import row_showing
+from tests.builders import new_vmi, with_annotations, with_devices, with_masquerade, with_memory, with_spec
 
 pytestmark = pytest.mark.apiserver
 
@@ -32,16 +32,10 @@ READONLY_ROOT = {"devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"
 
 def vmi(name: str, strategy: str, disks: dict[str, Any] | None = None, ch: bool = True) -> dict[str, Any]:
     # masquerade: the pod network's default bridge binding cannot migrate (KubeVirt's own rule)
-    devices = {"autoattachGraphicsDevice": False, "interfaces": [{"name": "default", "masquerade": {}}]}
-    spec: dict[str, Any] = {"evictionStrategy": strategy, "networks": [{"name": "default", "pod": {}}],
-                            "domain": {"memory": {"guest": "128Mi"}, "devices": devices}}
-    if disks is not None:
-        devices.update(copy.deepcopy(disks["devices"]))
-        spec["volumes"] = copy.deepcopy(ROOT)
-    meta: dict[str, Any] = {"name": name, "namespace": "default"}
-    if ch:
-        meta["annotations"] = dict(CH_ANNOTATIONS)
-    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": meta, "spec": spec}
+    root = [with_devices(**disks["devices"]), with_spec(volumes=ROOT)] if disks is not None else []
+    return new_vmi(name, with_spec(evictionStrategy=strategy), with_masquerade(),
+                   with_devices(autoattachGraphicsDevice=False), with_memory("128Mi"), *root,
+                   with_annotations(CH_ANNOTATIONS if ch else None))
 
 
 def vm(name: str, strategy: str, disks: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -132,8 +126,8 @@ def test_kubectl_create_of_a_migration_cloud_hypervisor_cannot_carry_out_prints_
     path.write_text(cluster.yaml(vmim("mig-stuck-1", "mig-stuck")))
     r = cluster.kubectl("create", "-f", str(path))
     assert r.rc == 1
-    assert r.lines == [f'Error from server: error when creating "{path}": admission webhook '
-                       f'{MIGRATION_WEBHOOK} denied the request: {MIGRATION_REFUSAL}'], r.out
+    assert r.lines == [(f'Error from server: error when creating "{path}": admission webhook '
+                        f'{MIGRATION_WEBHOOK} denied the request: {MIGRATION_REFUSAL}')], r.out
     assert cluster.kubectl("get", "vmim", "mig-stuck-1", "-n", "default").rc == 1, "nothing was created"
     row_showing(r.lines[0])
 
@@ -156,7 +150,8 @@ def test_virtctl_migrate_prints_the_refusal(cluster):
     from tests.conftest import require_shared
 
     unpack = require_shared(REPO.parent / "shared" / "unpack.sh")
-    virtctl = subprocess.run([str(unpack), "kubevirt/virtctl"], capture_output=True, text=True, check=True).stdout.strip()
+    virtctl = subprocess.run([str(unpack), "kubevirt/virtctl"], capture_output=True, text=True,
+                             check=True).stdout.strip()
     machine = vm("mig-vm", "None", CONTAINER_DISK)
     for key in ("name", "namespace"):
         machine["spec"]["template"]["metadata"].pop(key, None)
@@ -218,18 +213,18 @@ def test_the_clusters_migrating_default_refuses_a_vmi_that_cannot_migrate_and_wa
         ok = dry_run(cluster, movable)
         warned = dry_run(cluster, machine)
     assert r.rc == 1 and r.lines == [
-        "The request is invalid: spec.evictionStrategy: spec.evictionStrategy is not supported: LiveMigrate (the "
-        "cluster's default, the KubeVirt CR's configuration.evictionStrategy, which virt-api sets in every VMI without "
-        "its own): Cloud Hypervisor cannot live-migrate this VMI (DisksNotLiveMigratable: volume 'root' "
-        "(containerDisk) is local to the pod and writable: Cloud Hypervisor cannot copy disks during a migration), so "
-        "a node drain would block on migrations that fail; use None or External, or make the VMI migratable"], r.out
+        ("The request is invalid: spec.evictionStrategy: spec.evictionStrategy is not supported: LiveMigrate (the "
+         "cluster's default, the KubeVirt CR's configuration.evictionStrategy, which virt-api sets in every VMI "
+         "without its own): Cloud Hypervisor cannot live-migrate this VMI (DisksNotLiveMigratable: volume 'root' "
+         "(containerDisk) is local to the pod and writable: Cloud Hypervisor cannot copy disks during a migration), so "
+         "a node drain would block on migrations that fail; use None or External, or make the VMI migratable")], r.out
     assert row_showing(r.lines[0]) == row_showing(warned.lines[0])
     assert (ok.rc, ok.lines) == (0, ["virtualmachineinstance.kubevirt.io/evict-default-ok created (server dry run)"]), \
         ok.out
     assert warned.rc == 0 and warned.lines == [
-        "Warning: spec.template.spec.evictionStrategy is not set, so virt-api will set the cluster's default "
-        "LiveMigrate (the KubeVirt CR's configuration.evictionStrategy) in the VMI, which is then refused: Cloud "
-        "Hypervisor cannot live-migrate it (DisksNotLiveMigratable: volume 'root' (containerDisk) is local to the pod "
-        "and writable: Cloud Hypervisor cannot copy disks during a migration), so a node drain would block on it; set "
-        "None (the VM stops on a drain) or External, or make the VMI migratable",
+        ("Warning: spec.template.spec.evictionStrategy is not set, so virt-api will set the cluster's default "
+         "LiveMigrate (the KubeVirt CR's configuration.evictionStrategy) in the VMI, which is then refused: Cloud "
+         "Hypervisor cannot live-migrate it (DisksNotLiveMigratable: volume 'root' (containerDisk) is local to the pod "
+         "and writable: Cloud Hypervisor cannot copy disks during a migration), so a node drain would block on it; set "
+         "None (the VM stops on a drain) or External, or make the VMI migratable"),
         "virtualmachine.kubevirt.io/evict-default-vm created (server dry run)"], warned.out

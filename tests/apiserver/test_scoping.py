@@ -11,15 +11,15 @@ from tests.apiserver.cluster import Run
 from tests.apiserver.readme import row_showing
 from tests.apiserver.test_admission import CH, create, launcher_pod, pool, replicaset, vm, vmi
 
-DOWN = ('Error from server (InternalError): {where}Internal error occurred: failed calling webhook "{hook}": failed to call '
-        'webhook: Post "https://ch-admission.kubevirt-ch.svc:443/{path}?timeout=5s": dial tcp 10.250.0.1:8443: '
-        'connect: connection refused')
+DOWN = ('Error from server (InternalError): {where}Internal error occurred: failed calling webhook "{hook}": '
+        'failed to call webhook: Post "https://ch-admission.kubevirt-ch.svc:443/{path}?timeout=5s": '
+        'dial tcp 10.250.0.1:8443: connect: connection refused')
 
 
 def reviews(cluster) -> int:
     """Admission requests the server has answered so far (both paths, every verdict)."""
     return int(sum(float(v) for v in re.findall(r'^ch_admission_requests_total\{path="/(?:validate|mutate-pod)",'
-                                                r'verdict="[^"]+"\} (\S+)$', cluster.metrics(), re.M)))
+                                                r'verdict="[^"]+"\} (\S+)$', cluster.metrics(), re.MULTILINE)))
 
 
 def test_what_does_not_select_cloud_hypervisor_never_reaches_the_server(cluster):
@@ -47,11 +47,11 @@ def test_cloud_hypervisor_objects_in_skipped_namespaces_are_refused_by_the_polic
         r = create(cluster, obj)
         name = obj["metadata"]["name"]
         assert (r.rc, r.lines) == (1, [
-            f'Error from server (Forbidden): error when creating "STDIN": {resource}.kubevirt.io "{name}" is '
-            "forbidden: ValidatingAdmissionPolicy 'kubevirt-ch-unserved-namespaces' with binding "
-            "'kubevirt-ch-unserved-namespaces' denied request: kubevirt-ch.io/hypervisor: cloud-hypervisor is not "
-            f"served in namespace {namespace}: kubevirt-ch skips its own and the Kubernetes system namespaces; create "
-            "Cloud Hypervisor VMs in another namespace, or remove the annotation to use QEMU"])
+            (f'Error from server (Forbidden): error when creating "STDIN": {resource}.kubevirt.io "{name}" is '
+             "forbidden: ValidatingAdmissionPolicy 'kubevirt-ch-unserved-namespaces' with binding "
+             "'kubevirt-ch-unserved-namespaces' denied request: kubevirt-ch.io/hypervisor: cloud-hypervisor is not "
+             f"served in namespace {namespace}: kubevirt-ch skips its own and the Kubernetes system namespaces; create "
+             "Cloud Hypervisor VMs in another namespace, or remove the annotation to use QEMU")])
     row_showing(r.lines[0])  # kube-system, as in the README's row
     plain = vmi("plain-in-kube-public", annotations=None)
     plain["metadata"]["namespace"] = "kube-public"
@@ -62,9 +62,9 @@ def test_cloud_hypervisor_objects_in_skipped_namespaces_are_refused_by_the_polic
 def test_with_the_server_down_kubevirts_updates_go_through_and_only_changes_it_must_judge_fail(cluster):
     """The story of a ch-admission outage: a CH VMI with a finalizer is labelled, annotated,
     deleted and its finalizer removed; another one's status is written (as virt-handler does); its
-    VM is started and stopped, a replica set and a pool are scaled, a VM is moved back to QEMU. What needs the server (a new CH VMI, a template change,
-    removing a VMI's annotation, a CH launcher pod) fails, saying so; the rest of the cluster is
-    not affected."""
+    VM is started and stopped, a replica set and a pool are scaled, a VM is moved back to QEMU.
+    What needs the server (a new CH VMI, a template change, removing a VMI's annotation, a CH
+    launcher pod) fails, saying so; the rest of the cluster is not affected."""
     held = vmi("held")
     held["metadata"]["finalizers"] = ["kubevirt.io/foregroundDeleteVirtualMachine"]
     assert create(cluster, held).rc == 0
@@ -86,7 +86,8 @@ def test_with_the_server_down_kubevirts_updates_go_through_and_only_changes_it_m
             ("patch", "vmi", "outage-vmi", "--type=merge", "-p", '{"status": {"phase": "Scheduling"}}'),
             ("patch", "vmpool", "outage-pool", "--type=merge", "-p", '{"spec": {"replicas": 2}}'),
         ]
-        printed = ['virtualmachineinstance.kubevirt.io/held labeled', 'virtualmachineinstance.kubevirt.io/held annotated',
+        printed = ['virtualmachineinstance.kubevirt.io/held labeled',
+                   'virtualmachineinstance.kubevirt.io/held annotated',
                    'virtualmachineinstance.kubevirt.io/held patched',
                    'virtualmachineinstance.kubevirt.io "held" deleted from default namespace',
                    'virtualmachineinstance.kubevirt.io/held patched',
@@ -94,7 +95,7 @@ def test_with_the_server_down_kubevirts_updates_go_through_and_only_changes_it_m
                    'virtualmachineinstancereplicaset.kubevirt.io/outage-rs scaled',
                    'virtualmachineinstance.kubevirt.io/outage-vmi patched',
                    'virtualmachinepool.pool.kubevirt.io/outage-pool patched']
-        for args, out in zip(ok, printed):
+        for args, out in zip(ok, printed, strict=True):
             assert cluster.kubectl(*args) == Run(args, 0, out + "\n")
         assert cluster.kubectl("get", "vmi", "held").rc == 1  # gone: its finalizers are removed
 

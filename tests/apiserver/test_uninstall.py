@@ -18,12 +18,12 @@ GUARD = ("ValidatingAdmissionPolicy 'kubevirt-ch-guard' with binding 'kubevirt-c
          "(QEMU), or install kubevirt-ch")
 # docs/operations.md §8 step 2: what still selects Cloud Hypervisor
 LISTINGS = [
-    ("vmi", "{range .items[?(@.metadata.annotations.kubevirt-ch\\.io/hypervisor==\"cloud-hypervisor\")]}"
-            "{.metadata.namespace}/{.metadata.name}{\"\\n\"}{end}"),
-    ("vm,vmirs", "{range .items[?(@.spec.template.metadata.annotations.kubevirt-ch\\.io/hypervisor=="
-                 "\"cloud-hypervisor\")]}{.kind}/{.metadata.namespace}/{.metadata.name}{\"\\n\"}{end}"),
-    ("vmpool", "{range .items[?(@.spec.virtualMachineTemplate.spec.template.metadata.annotations.kubevirt-ch\\.io/"
-               "hypervisor==\"cloud-hypervisor\")]}{.metadata.namespace}/{.metadata.name}{\"\\n\"}{end}"),
+    ("vmi", ("{range .items[?(@.metadata.annotations.kubevirt-ch\\.io/hypervisor==\"cloud-hypervisor\")]}"
+             "{.metadata.namespace}/{.metadata.name}{\"\\n\"}{end}")),
+    ("vm,vmirs", ("{range .items[?(@.spec.template.metadata.annotations.kubevirt-ch\\.io/hypervisor=="
+                  "\"cloud-hypervisor\")]}{.kind}/{.metadata.namespace}/{.metadata.name}{\"\\n\"}{end}")),
+    ("vmpool", ("{range .items[?(@.spec.virtualMachineTemplate.spec.template.metadata.annotations.kubevirt-ch\\.io/"
+                "hypervisor==\"cloud-hypervisor\")]}{.metadata.namespace}/{.metadata.name}{\"\\n\"}{end}")),
 ]
 
 
@@ -52,7 +52,8 @@ def cannot_start_on_qemu(c, owner) -> None:
 
 
 def listed(c) -> list[str]:
-    return [line for kinds, path in LISTINGS for line in c.ok("get", kinds, "-A", "-o", f"jsonpath={path}").splitlines()]
+    return [line for kinds, path in LISTINGS
+            for line in c.ok("get", kinds, "-A", "-o", f"jsonpath={path}").splitlines()]
 
 
 def test_uninstall_in_the_readmes_order_leaves_nothing_and_no_vm_on_qemu(story):

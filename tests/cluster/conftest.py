@@ -1,7 +1,10 @@
 """Fixtures of the cluster suite (how to use them: tests/cluster/node.py). Every test in this
 directory is marked `cluster` and gets 900 s: the first test that asks for the cluster pays for
 building the images (about 4 minutes from a clean checkout, seconds once podman's layers and the
-base root filesystem are in build/) and starting the cluster (about a minute), which overlap."""
+base root filesystem are in build/) and starting the cluster (about a minute), which overlap.
+
+Under pytest-xdist (`--dist loadgroup`, as `make test` runs) they are all in the group `cluster`,
+so one worker starts the one cluster and runs them in file order."""
 
 from __future__ import annotations
 
@@ -17,11 +20,22 @@ from tests.cluster.node import NodeCluster, unavailable
 HERE = pathlib.Path(__file__).resolve().parent
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if HERE in pathlib.Path(str(item.fspath)).resolve().parents:
-            item.add_marker(pytest.mark.cluster)
-            item.add_marker(pytest.mark.timeout(900))
+@pytest.hookimpl(wrapper=True)  # marks before pytest-xdist reads the groups, checks after it named them
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
+    mine = [item for item in items if HERE in pathlib.Path(str(item.fspath)).resolve().parents]
+    for item in mine:
+        item.add_marker(pytest.mark.cluster)
+        item.add_marker(pytest.mark.timeout(900))
+        item.add_marker(pytest.mark.xdist_group("cluster"))
+    result = yield
+    # as in tests/apiserver/conftest.py: a pytest that loses the group would start a cluster per worker
+    if getattr(config.option, "loadgroup", False):
+        for item in mine:
+            if "@" not in item.nodeid:
+                item.add_marker(pytest.mark.skip(reason="pytest-xdist ignored its xdist_group: this pytest breaks "
+                                                        "--dist loadgroup (pytest-xdist#1386); install the "
+                                                        "versions pyproject.toml allows"))
+    return result
 
 
 @pytest.fixture(scope="session")

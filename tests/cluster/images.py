@@ -102,7 +102,7 @@ def read_archive(path: Path) -> Archive:
 
 def _run(argv: list[str], *, cwd: Path = REPO, timeout: float = 1200, env: dict[str, str] | None = None) -> str:
     proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, **(env or {})}, check=False)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
         raise BuildError(f"{' '.join(argv)} failed ({proc.returncode}):\n{tail}")

@@ -38,14 +38,17 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.apiserver.cluster import REPO, SHARED_K8S, Cluster, ClusterError, Run
+from tests.apiserver.cluster import EPIP, SHARED_K8S, Cluster, ClusterError, Run
 from tests.cluster.images import UNPACK, Archive, Images
 from tests.cluster.watch import Watch
+from tests.manifests.render import REPO
 from tests.netns import pid_alive, sweep_stale_namespaces
 
 # virt-operator's CR for a cluster whose images were loaded onto the nodes (see the module docstring)
 KUBEVIRT_SPEC: dict[str, Any] = {"imagePullPolicy": "IfNotPresent",
                                  "configuration": {"developerConfiguration": {"disabledFeatureGates": ["ImageVolume"]}}}
+# virt-handler's --port (defaultPort, cmd/virt-handler/virt-handler.go@d923fdb815cd), where it serves /metrics
+VIRT_HANDLER_PORT = 8185
 # virtctl built without version ldflags prints this about virt-api's version (../shared/k8s/README.md)
 VIRTCTL_NOTICE = "failed to validate metadata: $Format:%h$ is not a valid semver identifier"
 NODE_TOOLS = (("containerd", "containerd"), ("ctr", "containerd"), ("runc", "runc"), ("iptables", "iptables"),
@@ -171,7 +174,8 @@ class NodeCluster(Cluster):
 
     def _on_node_side(self, args: Sequence[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["nsenter", f"--net=/run/netns/{self.netns}", *args], text=True, cwd=self.workdir,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self._env(), timeout=timeout)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self._env(), timeout=timeout,
+                              check=False)
 
     def _node_script(self, name: str, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
         argv = ["env", *(f"{k}={v}" for k, v in (env or {}).items()), "bash", str(SHARED_K8S / name), *args]
@@ -262,8 +266,43 @@ class NodeCluster(Cluster):
             is_ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
             return vmi if status.get("phase") == phase and ready in (None, is_ready) else None
         what = f"VMI {name} to be {phase}" + (f", Ready {ready}" if ready is not None else "")
-        found: dict[str, Any] = self.wait_for(reached, what, timeout=timeout)
+        try:
+            found: dict[str, Any] = self.wait_for(reached, what, timeout=timeout)
+        except ClusterError as exc:
+            raise ClusterError(f"{exc}\n{self.vmi_report(name)}") from None
         return found
+
+    def vmi_report(self, name: str) -> str:
+        """What a user looks at when VMI `name` does not get where it should: its phase and
+        conditions, its events and its pods' (the reason virt-handler or kubelet gave), and the
+        launcher's log lines above info level. Never raises: what cannot be read is said so."""
+        parts: list[str] = []
+        try:
+            self._report_vmi(name, parts)
+        except (ClusterError, subprocess.SubprocessError, ValueError, KeyError) as exc:
+            parts.append(f"  (the rest could not be read: {exc!r})")
+        return "\n".join(parts)
+
+    def _report_vmi(self, name: str, parts: list[str]) -> None:
+        found = self.kubectl("get", "vmi", name, "-o", "json")
+        if found.rc != 0:
+            parts.append(f"VMI {name}: {found.out.strip()}")
+            return
+        vmi = json.loads(found.out)
+        status = vmi.get("status", {})
+        parts.append(f"VMI {name}: phase {status.get('phase')}")
+        parts += [f"  condition {c['type']}={c['status']} {c.get('reason', '')}: {c.get('message', '')}"
+                  for c in status.get("conditions", [])]
+        pods = self.json("get", "pods", "-l", f"kubevirt.io/created-by={vmi['metadata']['uid']}")["items"]
+        for uid in [vmi["metadata"]["uid"], *(p["metadata"]["uid"] for p in pods)]:
+            events = self.json("get", "events", "--field-selector", f"involvedObject.uid={uid}")["items"]
+            parts += [f"  event {e['involvedObject']['kind']} {e['type']} {e['reason']}: {e['message']}"
+                      for e in events if e["type"] != "Normal"]
+        for pod in pods:
+            log = self.kubectl("logs", pod["metadata"]["name"], "-c", "compute")
+            lines = [line for line in log.out.splitlines() if '"level":"info"' not in line]
+            parts.append(f"  {pod['metadata']['name']} ({pod['status'].get('phase')}), compute's log above info:")
+            parts += [f"    {line}" for line in lines[-20:]]
 
     def launcher_pod(self, vmi: dict[str, Any]) -> dict[str, Any]:
         """The launcher pod of `vmi` (by the label virt-controller gives it)."""
@@ -274,6 +313,17 @@ class NodeCluster(Cluster):
             raise ClusterError(f"VMI {vmi['metadata']['name']} has {len(pods)} launcher pods")
         pod: dict[str, Any] = pods[0]
         return pod
+
+    def virt_handler_metrics(self) -> str:
+        """virt-handler's /metrics, scraped as Prometheus scrapes it: HTTPS on the node's address,
+        its certificate the node's own (not checked here), on the port of its `--port` flag, which
+        node-up.sh leaves at KubeVirt's default (VIRT_HANDLER_PORT; virt-operator's DaemonSet
+        passes 8443)."""
+        proc = self._on_node_side(["curl", "-sSk", "--max-time", "30", f"https://{EPIP}:{VIRT_HANDLER_PORT}/metrics"],
+                                  timeout=60)
+        if proc.returncode != 0:
+            raise ClusterError(f"scraping virt-handler's /metrics failed: {proc.stdout}")
+        return proc.stdout
 
     # --- the node's side ------------------------------------------------------------------
 
@@ -324,7 +374,7 @@ class NodeCluster(Cluster):
                 with contextlib.suppress(subprocess.CalledProcessError):
                     self.ip_in(pod_pid, "link", "del", port)
         finally:
-            subprocess.run(["ip", "netns", "delete", netns], capture_output=True, timeout=20)
+            subprocess.run(["ip", "netns", "delete", netns], capture_output=True, timeout=20, check=False)
 
     def memory_cgroup(self, pod: dict[str, Any], container: str) -> Path:
         """The memory cgroup (v1) kubelet made for `container` of `pod` under the node's cgroup root."""
@@ -407,6 +457,36 @@ class NodeCluster(Cluster):
         """`kubectl get KIND NAMES --watch` with `columns`, running until `Watch.close()`."""
         return Watch(["ip", "netns", "exec", self.netns, self.kubectl_path, "get", kind, *names, "--watch",
                       "--no-headers", "-o", f"custom-columns={columns}"], self._env())
+
+    @staticmethod
+    def path_in(pid: str | int, path: str) -> Path:
+        """`path` as process `pid` sees it, from the host: under `/proc/PID/root`, its symlinks
+        resolved against that root (the kernel resolves an absolute link met under that directory
+        against the caller's root: the image's `/var/run -> /run` would lead to the host's /run)."""
+        root = Path(f"/proc/{pid}/root")
+        parts, resolved = [p for p in path.split("/") if p], Path("/")
+        for _ in range(40):  # as the kernel's limit on nested links
+            if not parts:
+                return root / resolved.relative_to("/")
+            part = parts.pop(0)
+            candidate = resolved / part if part != ".." else resolved.parent
+            on_host = root / candidate.relative_to("/")
+            if on_host.is_symlink():
+                target = os.readlink(on_host)
+                parts = [p for p in target.split("/") if p] + parts
+                resolved = Path("/") if target.startswith("/") else resolved
+            else:
+                resolved = candidate
+        raise ClusterError(f"too many symbolic links in {path} of process {pid}")
+
+    def process_in(self, pod: dict[str, Any], container: str, comm: str) -> str:
+        """The one process of `container` of `pod` whose command name (`/proc/PID/comm`, 15
+        characters at most) is `comm`, by its PID as the host sees it."""
+        procs = self.memory_cgroup(pod, container).joinpath("cgroup.procs").read_text().split()
+        found = [pid for pid in procs if Path(f"/proc/{pid}/comm").read_text().strip() == comm]
+        if len(found) != 1:
+            raise ClusterError(f"{len(found)} processes named {comm} in {container} of {pod['metadata']['name']}")
+        return found[0]
 
 
 def archive_reference(archive: Archive) -> str:

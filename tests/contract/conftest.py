@@ -12,7 +12,16 @@ from typing import Any
 import pytest
 
 from tests import real_vmm
-from tests.contract.harness import FAKE, Backend, Vmm, launch, real_backend, real_vmm_unavailable, remove_tree, short_dir
+from tests.contract.harness import (
+    FAKE,
+    Backend,
+    Vmm,
+    launch,
+    real_backend,
+    real_vmm_unavailable,
+    remove_tree,
+    short_dir,
+)
 
 
 @pytest.fixture

@@ -10,13 +10,14 @@ import json
 import os
 import socket
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ch_launcher.ch.api import Conflict, InternalError, InvalidRequest
-from tests.conftest import OPENAPI_SPEC, require_shared
 from tests import real_vmm
+from tests.conftest import OPENAPI_SPEC, require_shared
 from tests.contract.harness import FAKE, Vmm, real_backend
 
 
@@ -95,7 +96,8 @@ def test_invalid_config_is_accepted_at_create_and_refused_at_boot(
     assert fake.client.info().state == "Created"  # nothing booted; the config stays
 
 
-@pytest.mark.parametrize(("version", "status", "cls"), [("53.0.0", 500, InternalError), ("54.0.0", 400, InvalidRequest)])
+@pytest.mark.parametrize(("version", "status", "cls"),
+                         [("53.0.0", 500, InternalError), ("54.0.0", 400, InvalidRequest)])
 def test_validation_status_follows_the_vmm_version(
     start: Callable[..., Vmm], version: str, status: int, cls: type
 ) -> None:
@@ -105,7 +107,8 @@ def test_validation_status_follows_the_vmm_version(
 
 
 @pytest.mark.parametrize(("version", "status"), [("53.0.0", 500), ("54.0.0", 409)])
-def test_duplicate_ids_are_refused_and_are_a_conflict_on_main(start: Callable[..., Vmm], version: str, status: int) -> None:
+def test_duplicate_ids_are_refused_and_are_a_conflict_on_main(start: Callable[..., Vmm], version: str,
+                                                              status: int) -> None:
     vmm = start(FAKE, version=version)
     disk = _disk(vmm, "d.img")
     cfg = vmm.config(disks=[{"id": "x", "path": disk, "image_type": "Raw", "readonly": True}],
@@ -242,7 +245,7 @@ def test_request_log_records_what_the_vmm_received(start: Callable[..., Vmm], sd
     cfg = vmm.config()
     vmm.client.create(cfg)
     vmm.client.boot()
-    lines = [json.loads(line) for line in open(log_path)]
+    lines = [json.loads(line) for line in Path(log_path).read_text().splitlines()]
     assert {"method": "PUT", "path": "/api/v1/vm.create", "body": cfg} in lines
     assert {"method": "PUT", "path": "/api/v1/vm.boot", "body": None} in lines
 

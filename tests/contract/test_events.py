@@ -55,10 +55,11 @@ def test_events_are_pretty_printed_objects_separated_by_blank_lines(start: Calla
     vmm = start(FAKE)
     vmm.client.create(vmm.config())
     vmm.client.boot()
-    time.sleep(0.05)
-    raw = vmm.fifo.read_available().decode()
-    pieces = [p for p in raw.split("\n\n") if p.strip()]
-    assert len(pieces) >= 3
+    raw, deadline = b"", time.monotonic() + 10
+    while len(pieces := [p for p in raw.decode().split("\n\n") if p.strip()]) < 3 and time.monotonic() < deadline:
+        select.select([vmm.fifo.read_fd], [], [], 0.1)  # until vmm:starting, vm:booting and vm:booted are in
+        raw += vmm.fifo.read_available()
+    assert len(pieces) >= 3, raw
     for piece in pieces:
         assert piece.startswith("{\n  \"timestamp\": {\n")
         obj = json.loads(piece)

@@ -4,6 +4,8 @@ readable through /proc by the VMM's parent, gone when the VM stops."""
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 
 from ch_launcher.dirtyrate import DirtyRateError, Sample, guest_ram
@@ -36,3 +38,22 @@ def test_shared_and_hotpluggable_ram_is_found_whole(vmm: Vmm, memory: dict) -> N
     vmm.client.boot()
     total = memory["size"] + memory.get("hotplug_size", 0)
     assert sum(r.length for r in guest_ram(vmm.proc.pid)) == total
+
+
+def test_sampling_does_not_give_the_vmm_page_tables_for_ram_the_guest_never_touched(vmm: Vmm) -> None:
+    """The hot-pluggable part of a VirtioMem VM (KubeVirt's `maxGuest`) is mapped but never
+    touched until plugged: sampling it must not make the kernel build page tables in the VMM
+    (charged to the pod's memory), which reading it through /proc/PID/mem does."""
+    vmm.client.create(vmm.config(memory={"size": 128 * MIB, "hotplug_method": "VirtioMem",
+                                         "hotplug_size": 896 * MIB}))
+    vmm.client.boot()
+    regions = guest_ram(vmm.proc.pid)
+
+    def page_tables() -> int:
+        status = pathlib.Path(f"/proc/{vmm.proc.pid}/status").read_text()
+        return int(next(line for line in status.splitlines() if line.startswith("VmPTE:")).split()[1]) << 10
+
+    before = page_tables()
+    for _ in range(3):
+        Sample(vmm.proc.pid, regions).changed()
+    assert page_tables() - before < 128 << 10, (before, page_tables())

@@ -33,11 +33,10 @@ def _image(vmm: Vmm, name: str) -> str:
 
 def _write_locked(path: str) -> bool:
     """Whether another open file description holds a lock on `path` (F_OFD_GETLK)."""
-    F_OFD_GETLK = 36
     fd = os.open(path, os.O_RDWR)
     try:
         probe = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
-        kind = struct.unpack("hhqqi", fcntl.fcntl(fd, F_OFD_GETLK, probe))[0]
+        kind = struct.unpack("hhqqi", fcntl.fcntl(fd, fcntl.F_OFD_GETLK, probe))[0]
         return kind != fcntl.F_UNLCK
     finally:
         os.close(fd)

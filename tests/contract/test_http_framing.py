@@ -146,7 +146,7 @@ def test_patch_is_known_to_micro_http_and_refused_by_the_endpoint(vmm: Vmm, endp
 
 
 def test_an_http_client_gets_the_answer_to_an_unsupported_method_at_once(vmm: Vmm) -> None:
-    import http.client  # noqa: PLC0415
+    import http.client
 
     class UnixConnection(http.client.HTTPConnection):
         def connect(self) -> None:
@@ -235,7 +235,7 @@ def test_client_closes_its_connection_after_every_call(vmm: Vmm) -> None:
 
 
 def test_one_request_at_a_time_across_clients(vmm: Vmm) -> None:
-    import threading  # noqa: PLC0415
+    import threading
 
     errors: list[BaseException] = []
 
@@ -262,7 +262,7 @@ def test_chunked_bodies_are_not_read_so_the_client_always_sends_content_length(s
         b"PUT /api/v1/vm.create HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
         + f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
     )  # fmt: skip
-    status, _, payload = _split(raw_request(vmm.api_socket, req))
+    status, _, _payload = _split(raw_request(vmm.api_socket, req))
     assert status == "HTTP/1.1 400 "  # seen as a create without a body
     with pytest.raises(VmNotCreated):
         vmm.client.info()  # nothing was created

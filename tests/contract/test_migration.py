@@ -192,7 +192,8 @@ def test_a_migration_sends_the_memory_and_completes_or_fails_at_the_switch_over(
         assert "vm:migration-receive-failed" not in dst.events.names()
 
 
-@pytest.mark.parametrize("env", [{}, {"RUST_BACKTRACE": "1", "RUST_LIB_BACKTRACE": "1"}], ids=["no-backtrace", "RUST_BACKTRACE=1"])
+@pytest.mark.parametrize("env", [{}, {"RUST_BACKTRACE": "1", "RUST_LIB_BACKTRACE": "1"}],
+                         ids=["no-backtrace", "RUST_BACKTRACE=1"])
 def test_a_switch_over_that_cannot_read_the_vcpu_state(start, sdir, env):
     """The simulated PVM failure, as the real binary shows it: the source resumes its VM;
     with RUST_BACKTRACE set, its own seccomp filter kills it first (SIGSYS) and the VM is lost."""

@@ -7,6 +7,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -126,4 +127,4 @@ def test_file_mode_writes_the_console_output_to_the_file(start: Callable[..., Vm
     path = os.path.join(vmm.dir, "serial.log")
     vmm.client.create(vmm.config(serial={"mode": "File", "file": path}))
     vmm.client.boot()
-    assert b"login: " in open(path, "rb").read()
+    assert b"login: " in Path(path).read_bytes()

@@ -45,13 +45,12 @@ class Cell:
 
 
 def _cells() -> list[Cell]:
-    c: list[Cell] = []
-    for s in STATES:
-        c.append(
-            Cell("create", s, OK, CREATED)
-            if s == NONE
-            else Cell("create", s, Conflict, s, text="VM is already created", already=True)
-        )
+    c: list[Cell] = [
+        Cell("create", s, OK, CREATED)
+        if s == NONE
+        else Cell("create", s, Conflict, s, text="VM is already created", already=True)
+        for s in STATES
+    ]
     c += [
         Cell("boot", NONE, VmNotCreated, NONE, ("vm:booting",), "VM config is missing", not_created=True),
         Cell("boot", CREATED, OK, RUNNING, ("vm:booting", "vm:booted")),

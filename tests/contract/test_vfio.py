@@ -3,7 +3,7 @@ has no CONFIG_VFIO, so there is no /dev/vfio): `vm.create` takes the device as s
 `vm.info` echoes it; `vm.boot` fails creating it with the VMM's own words, leaving the VM
 created but not running (the launcher then deletes it, test_runtime_probe.py). The launcher
 checks the device before the VMM sees it (prepare/vfio.py); these are the VMM's answers when
-something is missing anyway. Both backends; what needs a device is in the README."""
+something is missing anyway. Both backends; what needs a device is in docs/testing.md."""
 
 from __future__ import annotations
 

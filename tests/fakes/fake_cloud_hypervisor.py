@@ -25,14 +25,17 @@ import signal
 import socket
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import fakech_checks as checks  # noqa: E402
-from fakech_migration import thread_call  # noqa: E402
-from fakech_serial import SerialPort  # noqa: E402
-from fakech_vm import ApiFailure, HttpFailure, Vmm  # noqa: E402
+import contextlib
+
+import fakech_checks as checks
+from fakech_migration import thread_call
+from fakech_serial import SerialPort
+from fakech_vm import ApiFailure, HttpFailure, Vmm
 
 START = time.monotonic()
 API_ROOT = "/api/v1/"
@@ -87,7 +90,7 @@ LEVELS = {"ERROR": 0, "WARN": 1, "INFO": 2, "DEBUG": 3}
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
-    parts = (text.strip().lstrip("v").split(".") + ["0", "0"])[:3]
+    parts = ([*text.strip().lstrip("v").split("."), "0", "0"])[:3]
     try:
         return int(parts[0]), int(parts[1]), int(parts[2])
     except ValueError:
@@ -124,7 +127,7 @@ def parse_args(argv: list[str], version: str) -> Options:
             if value.startswith("fd="):
                 opts.api_fd = int(value[3:])
             else:
-                opts.api_socket = value[5:] if value.startswith("path=") else value
+                opts.api_socket = value.removeprefix("path=")
         elif arg == "--event-monitor":
             if value.startswith("fd="):
                 opts.event_fd = int(value[3:])
@@ -272,10 +275,8 @@ class FakeCloudHypervisor:
             return
         elapsed = time.monotonic() - START
         line = f"cloud-hypervisor: {elapsed * 1000:.6f}ms: <fake> {level}:fake_cloud_hypervisor -- {message}\n"
-        try:
+        with contextlib.suppress(OSError):
             os.write(self.log_fd, line.encode())
-        except OSError:
-            pass
 
     def event(self, source: str, event: str, properties: dict[str, str] | None = None) -> None:
         """One event, as serde_json::to_string_pretty + "\\n\\n"; dropped if the pipe is full."""
@@ -365,10 +366,8 @@ class FakeCloudHypervisor:
     def post(self, fn: Callable[[], None]) -> None:
         """Thread-safe: run `fn` on the main loop soon."""
         self.posted.append(fn)
-        try:
+        with contextlib.suppress(OSError):
             os.write(self.wake_fd, b"p")
-        except OSError:
-            pass
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """From another thread: run `fn` on the main loop and return its result."""
@@ -449,7 +448,8 @@ class FakeCloudHypervisor:
                 try:
                     fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError:
-                    fail_start(f"Error booting VMM: ApiSocketInUse: the API socket {path} is in use by another instance")
+                    fail_start(f"Error booting VMM: ApiSocketInUse: the API socket {path} is in use by another "
+                               "instance")
                 self.api_lock_fd = lock_fd
                 if os.path.exists(path):
                     os.unlink(path)
@@ -491,10 +491,8 @@ class FakeCloudHypervisor:
         return self.exit_code
 
     def run_posted(self, fd: int) -> None:
-        try:
+        with contextlib.suppress(OSError):
             os.read(fd, 4096)
-        except OSError:
-            pass
         while self.posted and self.exit_code is None:
             self.posted.pop(0)()
 
@@ -517,10 +515,8 @@ class FakeCloudHypervisor:
         if self.listener is not None:
             self.listener.close()
             if self.opts.api_socket:
-                try:
+                with contextlib.suppress(OSError):
                     os.unlink(self.opts.api_socket)  # a clean exit removes the socket
-                except OSError:
-                    pass
         self.log("INFO", f"exiting with code {self.exit_code}")
 
     # --- HTTP (micro_http) ----------------------------------------------------------------
@@ -532,10 +528,8 @@ class FakeCloudHypervisor:
         except BlockingIOError:
             return
         if len(self.conns) >= MAX_CONNECTIONS:
-            try:
+            with contextlib.suppress(OSError):
                 sock.sendall(SERVER_FULL)
-            except OSError:
-                pass
             sock.close()
             return
         sock.setblocking(False)
@@ -598,8 +592,8 @@ class FakeCloudHypervisor:
             return self.error(self.vmm.error_status(exc.kind), exc.chain)
         except HttpFailure as exc:
             return self.error(exc.status, exc.chain)
-        except Exception as exc:  # a bug here must show as a 500, not kill the VMM
-            import traceback  # noqa: PLC0415
+        except Exception as exc:  # noqa: BLE001 - a bug here must show as a 500, not kill the VMM
+            import traceback
 
             self.log("ERROR", f"{endpoint}: simulated VMM bug: {traceback.format_exc()}")
             return self.error(500, ["Error from API", f"simulated VMM internal error: {exc!r}"])
@@ -704,7 +698,7 @@ class Conn:
                 first = self.buf.split(b"\r\n", 1)[0]
                 if len(first) > LINE_LIMIT:
                     self.fail("Invalid header. Reason: Header line is too long")
-                return
+                return None
             lines = bytes(self.buf[:head_end]).split(b"\r\n")
             request_line = lines[0].decode("latin-1")
             parts = request_line.split(" ")
@@ -724,7 +718,8 @@ class Conn:
                     try:
                         length = int(value.strip())
                     except ValueError:
-                        return self.fail(f"Invalid header. Reason: Invalid value. Key:Content-Length; Value:{value.strip()}")
+                        return self.fail("Invalid header. Reason: Invalid value. Key:Content-Length; "
+                                         f"Value:{value.strip()}")
             if length > self.server.payload_limit:
                 del self.buf[: head_end + 4]
                 self.send(self.server.parse_error(
@@ -734,21 +729,22 @@ class Conn:
                 self.garbled = True
                 return self.garble()
             if len(self.buf) < head_end + 4 + length:
-                return
+                return None
             body = bytes(self.buf[head_end + 4 : head_end + 4 + length])
             del self.buf[: head_end + 4 + length]
             answer = self.server.handle(method, target, body)
             if answer is None:
-                return  # hung: never answered; the connection stays open
+                return None  # hung: never answered; the connection stays open
             if isinstance(answer, Deferred):
                 answer.conn, self.waiting = self, answer
-                return
+                return None
             delay = self.server.slow_endpoints.get(target.split("?", 1)[0].rsplit("/", 1)[-1])
             if delay and not self.server.lingering:
                 self.server.log("WARN", f"{target}: done, answering in {delay} s (FAKE_CH_SLOW_ENDPOINT)")
                 self.server.stall(delay, lambda answer=answer: self.send(answer))
-                return
+                return None
             self.send(answer)
+        return None
 
     def send(self, data: bytes) -> None:
         try:
@@ -777,10 +773,8 @@ class Conn:
         if self.closed:
             return
         self.closed = True
-        try:
+        with contextlib.suppress(KeyError, ValueError):
             self.server.sel.unregister(self.sock)
-        except (KeyError, ValueError):
-            pass
         self.server.conns.pop(self.sock.fileno(), None)
         self.sock.close()
 

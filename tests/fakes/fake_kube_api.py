@@ -191,7 +191,7 @@ class FakeKubeAPI:
         except ValueError:
             return self._send(h, 400, status(400, "BadRequest", "invalid JSON body"))
         code, answer = self._route(method, path, payload, h.headers.get("Content-Type", ""))
-        self._send(h, code, answer)
+        return self._send(h, code, answer)
 
     def _route(self, method: str, path: str, payload: Any, content_type: str) -> tuple[int, dict[str, Any]]:
         with self.lock:

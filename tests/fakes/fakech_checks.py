@@ -542,12 +542,12 @@ def load_spec(path: str) -> dict[str, Any] | None:
     except OSError:
         return None
     try:
-        import yaml  # noqa: PLC0415 (optional: PyYAML when the interpreter has it)
+        import yaml  # optional: PyYAML when the interpreter has it
 
         doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except ImportError:
         doc = fakech_yaml.parse_yaml(text)
-    except Exception:  # a broken spec must not stop the VMM from starting
+    except Exception:  # noqa: BLE001 - a broken spec must not stop the VMM from starting
         return None
     schemas = copy.deepcopy((doc or {}).get("components", {}).get("schemas", {}))
     props = schemas.get("VmConfig", {}).get("properties", {})
@@ -611,9 +611,8 @@ def _check(value: Any, schema: dict[str, Any], name: str, schemas: dict[str, Any
                 _check(item, extra, name, schemas, errors, unknown, sub)
             elif extra is not True:
                 unknown.append((sub, value, key))
-        for key in schema.get("required", []):
-            if (name, key) not in NOT_REALLY_REQUIRED and value.get(key) is None:
-                errors.append(f"missing field `{key}` at {where}")
+        errors.extend(f"missing field `{key}` at {where}" for key in schema.get("required", [])
+                      if (name, key) not in NOT_REALLY_REQUIRED and value.get(key) is None)
 
 
 def _kind(value: Any) -> str:

@@ -262,7 +262,7 @@ class Migrations:
             payload = json.dumps({"vm_config": config, "common_cpuid": [],
                                   "memory_manager_data": {"memory_ranges": []}}).encode()
             self._request(sock, CONFIG, payload, "Error during config migration")
-            size = int(((config.get("memory") or {}).get("size") or 512 << 20))
+            size = int((config.get("memory") or {}).get("size") or 512 << 20)
             paused_by_us = self._memory(sock, data, size, initial_state)
             call(self._release_locks)
             call(lambda: self.host.event("vm", "snapshotting"))
@@ -431,8 +431,8 @@ class Migrations:
         try:
             sock, _ = listener.accept()
         except OSError as exc:
-            call(lambda: self._received(answer, ["Error receiving migration", RECEIVE,
-                                                 f"Failed to accept Unix migration connection: {_io(exc)}"]))
+            call(lambda e=exc: self._received(answer, ["Error receiving migration", RECEIVE,
+                                                       f"Failed to accept Unix migration connection: {_io(e)}"]))
             return
         call(lambda: self.host.event("vm", "migration-receive-started"))
         state = "Established"
@@ -446,8 +446,8 @@ class Migrations:
                         state = self._step(sock, state, command, headers, length)
                         ok = True
                     except MigrationError as exc:
-                        self.host.call(lambda e=exc: self.host.log(
-                            "WARN", f"Migration aborted as migration command {NAMES.get(command, command)} "
+                        self.host.call(lambda e=exc, c=command: self.host.log(
+                            "WARN", f"Migration aborted as migration command {NAMES.get(c, c)} "
                                     f"failed: {': '.join(e.chain)}"))
                         state, ok = "Aborted", False
                 try:
@@ -470,8 +470,9 @@ class Migrations:
         if state == "Completed":
             call(lambda: self._received(answer, None))
         else:
-            call(lambda: self._received(answer, ["Error receiving migration", "Failed to complete migration for "
-                                                 "migratable component", "Migration was aborted"]))
+            call(lambda: self._received(answer, ["Error receiving migration",
+                                                 "Failed to complete migration for migratable component",
+                                                 "Migration was aborted"]))
 
     def _step(self, sock: socket.socket, state: str, command: int, headers: bytes, length: int) -> str:
         """`vm_receive_migration_step`; consumes the payload. Raises MigrationError for an Error answer."""
@@ -484,7 +485,7 @@ class Migrations:
             if command != START:
                 raise invalid()
             version = struct.unpack("<H", headers[:2])[0]
-            if version not in (PROTOCOL_VERSION,):
+            if version != PROTOCOL_VERSION:
                 raise MigrationError(RECEIVE, f"Migration protocol version {version} doesn't match supported "
                                               f"versions: {PROTOCOL_VERSION}")
             return "Started"
@@ -548,7 +549,7 @@ class Migrations:
 
     def _restore(self) -> list[str] | None:
         """`vm_receive_state` + `Vm::restore`: the Vm object, disk locks, vCPUs (paused)."""
-        from fakech_vm import LockFailed, Vm  # noqa: PLC0415 (the module imports us)
+        from fakech_vm import LockFailed, Vm  # the module imports us
 
         self.host.event("vm", "restoring")
         if self.fail == "restore":
@@ -559,8 +560,9 @@ class Migrations:
         try:
             self.vmm.lock_disks(vm)
         except LockFailed as exc:
-            return ["Failed to restore migratable component", "Error locking disk images: Another instance "
-                    "likely holds a lock", f"Failed to get {exc.access} lock for disk image: {exc.path}"]
+            return ["Failed to restore migratable component",
+                    "Error locking disk images: Another instance likely holds a lock",
+                    f"Failed to get {exc.access} lock for disk image: {exc.path}"]
         vm.state = "Paused"
         self.vmm.vm = vm
         vm.vcpus.resize(int((self.vmm.config.get("cpus") or {}).get("boot_vcpus") or 1))  # Vm::restore makes them

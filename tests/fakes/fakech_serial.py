@@ -17,10 +17,12 @@ The guest prints a short boot log and a login prompt at each boot and echoes wha
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import socket
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 BOOT_LOG = (
     b"[    0.000000] Linux version 6.6.0-fake (fake-cloud-hypervisor guest)\r\n"
@@ -88,24 +90,18 @@ class SerialPort:
         """Closes everything; a Socket-mode path is removed (SerialManager's Drop)."""
         for s in (self.client, self.listener):
             if s is not None:
-                try:
+                with contextlib.suppress(KeyError, ValueError):
                     self.sel.unregister(s)
-                except (KeyError, ValueError):
-                    pass
                 s.close()
         self.client = self.listener = None
         if self.socket_path:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(self.socket_path)
-            except OSError:
-                pass
             self.socket_path = None
         if self.out_fd is not None:
             if self.mode == "Pty":
-                try:
+                with contextlib.suppress(KeyError, ValueError):
                     self.sel.unregister(self.out_fd)
-                except (KeyError, ValueError):
-                    pass
             os.close(self.out_fd)
             self.out_fd = None
         if self.pty_slave is not None:
@@ -126,10 +122,8 @@ class SerialPort:
                 return
             self._send(data)
         elif self.out_fd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.write(self.out_fd, data)
-            except OSError:
-                pass
 
     def _send(self, data: bytes) -> None:
         assert self.client is not None
@@ -159,14 +153,10 @@ class SerialPort:
 
     def _drop_client(self) -> None:
         if self.client is not None:
-            try:
+            with contextlib.suppress(KeyError, ValueError):
                 self.sel.unregister(self.client)
-            except (KeyError, ValueError):
-                pass
-            try:
+            with contextlib.suppress(OSError):
                 self.client.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             self.client.close()
             self.client = None
 

@@ -46,7 +46,8 @@ class VcpuThreads:
         for index in range(count):
             if index not in self._threads:
                 done = threading.Event()
-                thread = threading.Thread(target=self._run, args=(index, done, self._affinity.get(index)), name=f"vcpu{index}", daemon=True)
+                thread = threading.Thread(target=self._run, args=(index, done, self._affinity.get(index)),
+                                          name=f"vcpu{index}", daemon=True)
                 thread.start()
                 self._threads[index] = (thread, done)
         for index in [i for i in self._threads if i >= count]:

@@ -10,6 +10,7 @@ events, logging, timers, the serial console, and process exit.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import fcntl
 import json
@@ -17,7 +18,8 @@ import math
 import os
 import struct
 import time
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import fakech_checks as checks
 from fakech_migration import Migrations
@@ -176,10 +178,8 @@ class Vm:
             self.tpm_conn.close()
             self.tpm_conn = None
         for fd in self.lock_fds:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
         self.lock_fds.clear()
         self.vcpus.stop()
         if self.ram is not None:
@@ -333,7 +333,7 @@ class Vmm:
                 for fd in held:
                     os.close(fd)
                 raise self.fail(endpoint, "Error from device manager", "Failed to create TPM device",
-                                f"Failed while initializing tpm emulator: {checks.io_error(exc)}") from None  # fmt: skip
+                                f"Failed while initializing tpm emulator: {checks.io_error(exc)}") from None
         self.config.clear()
         self.config.update(candidate)
         self.id_counter = counter
@@ -705,7 +705,8 @@ class Vmm:
             elif disk.get("image_type", "Raw") in ("Raw", "Unknown"):
                 os.truncate(path, size)
             else:
-                raise self.fail("vm.resize-disk", *resize, "the simulated VMM resizes raw images and block devices only")
+                raise self.fail("vm.resize-disk", *resize,
+                                "the simulated VMM resizes raw images and block devices only")
         except OSError as exc:
             raise self.fail("vm.resize-disk", *resize, "Disk resize failed", "I/O error", "Resize failed",
                             f"{exc.strerror} (os error {exc.errno})") from None
@@ -752,7 +753,8 @@ class Vmm:
                 self.vm.lock_fds.append(_lock_image(dev["path"], bool(dev.get("readonly"))))
                 self.vm.disk_locks[dev["id"]] = self.vm.lock_fds[-1]
             except OSError:
-                raise self.fail(endpoint, "Error from device manager", "Cannot lock images of all block devices") from None
+                raise self.fail(endpoint, "Error from device manager",
+                                "Cannot lock images of all block devices") from None
         self.config.clear()
         self.config.update(candidate)
         bdf = f"0000:00:{self.next_slot:02x}.0"
@@ -786,7 +788,8 @@ class Vmm:
                             kind="unknown_device")  # fmt: skip
         delay = self.host.eject_delay
         if delay is None:
-            self.host.log("INFO", f"{dev_id}: hot-unplug requested; the guest never ejects it (FAKE_CH_EJECT_DELAY=never)")
+            self.host.log("INFO",
+                          f"{dev_id}: hot-unplug requested; the guest never ejects it (FAKE_CH_EJECT_DELAY=never)")
         elif delay == 0:  # a guest that ejects at once: the real VMM's vCPU thread may say
             self.guest_ejects(vm, dev_id)  # vm:device-removed before the API thread answers
         else:
@@ -801,10 +804,10 @@ class Vmm:
             vm.pending_guest.append(f"eject:{dev_id}")
             return
         bdf = vm.bdfs.pop(dev_id)
-        fd = vm.disk_locks.pop(dev_id, None)
+        lock_fd = vm.disk_locks.pop(dev_id, None)
         # a NIC's taps are closed as its device goes, as the real VMM does (the same tap can be
         # added again at once; kept open, the next TUNSETIFF would fail with EBUSY)
-        for fd in ([fd] if fd is not None else []) + vm.tap_fds.pop(dev_id, []):
+        for fd in ([lock_fd] if lock_fd is not None else []) + vm.tap_fds.pop(dev_id, []):
             vm.lock_fds.remove(fd)
             os.close(fd)
         self.host.event("vm", "device-removed", {"id": dev_id, "bdf": bdf})

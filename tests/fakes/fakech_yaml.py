@@ -66,7 +66,7 @@ def _strip_comment(s: str) -> str:
 
 
 def _block(lines: list[tuple[int, str]], i: int, indent: int) -> tuple[Any, int]:
-    if i < len(lines) and lines[i][1].startswith("- ") or (i < len(lines) and lines[i][1] == "-"):
+    if (i < len(lines) and lines[i][1].startswith("- ")) or (i < len(lines) and lines[i][1] == "-"):
         out_list: list[Any] = []
         while i < len(lines) and lines[i][0] == indent and (lines[i][1].startswith("- ") or lines[i][1] == "-"):
             rest = lines[i][1][2:].strip()
@@ -106,7 +106,7 @@ def _scalar(s: str) -> Any:
         inner = s[1:-1].strip()
         return [_scalar(p) for p in _split_flow(inner)] if inner else []
     if s.startswith("{") and s.endswith("}"):
-        return {} if not s[1:-1].strip() else {k: v for k, v in (_flow_pair(p) for p in _split_flow(s[1:-1]))}
+        return {} if not s[1:-1].strip() else dict(_flow_pair(p) for p in _split_flow(s[1:-1]))
     if s in ("true", "True"):
         return True
     if s in ("false", "False"):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import signal
@@ -84,10 +85,8 @@ class ServerProcess:
                 os.killpg(self.proc.pid, signal.SIGTERM)
                 self.proc.wait(10)
             except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
                 self.proc.wait(10)
         if self._pumping is not None:
             self._pumping.join(10)  # every line of stderr is in self.log once stop() returns

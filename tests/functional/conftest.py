@@ -22,5 +22,6 @@ def https(tls):
 
 # Launcher stories in a pod sandbox (uid 107, the pod's network namespace), simulated and real VMM.
 from tests.functional.pod_fixtures import launch, pod, vmm, vmm_kind  # noqa: E402, F401
+
 # Launcher stories on the simulated VMM and, marked @BOTH_VMMS, on the real one too.
 from tests.functional.story_fixtures import new_harness, story_vmm, vh  # noqa: E402, F401

@@ -14,11 +14,11 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-from ch_launcher.convert.context import LauncherEnv, LauncherOptions, PodFacts, Translation  # noqa: E402
-from ch_launcher.convert.network import configure_network  # noqa: E402
-from ch_launcher.convert.plan import Plan  # noqa: E402
-from ch_launcher.dhcp import DhcpError, start_dhcp  # noqa: E402
-from ch_launcher.kubevirt.vmi import parse_vmi  # noqa: E402
+from ch_launcher.convert.context import LauncherEnv, LauncherOptions, PodFacts, Translation
+from ch_launcher.convert.network import configure_network
+from ch_launcher.convert.plan import Plan
+from ch_launcher.dhcp import DhcpError, start_dhcp
+from ch_launcher.kubevirt.vmi import parse_vmi
 
 
 def main() -> int:

@@ -9,6 +9,7 @@ test leaves nothing behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import os
@@ -24,9 +25,33 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from demo import (
-    FAKE_CH, CmdClient, LauncherLayout, LauncherProcess, NotifyRecorder, container_disk_images, fake_firmware,
+    FAKE_CH,
+    CmdClient,
+    LauncherLayout,
+    LauncherProcess,
+    NotifyRecorder,
+    container_disk_images,
+    fake_firmware,
 )
 from tests import real_vmm
+from tests.builders import (
+    Option,
+    apply,
+    new_vmi,
+    with_cloud_init,
+    with_container_disk,
+    with_cpu,
+    with_devices,
+    with_empty_disk,
+    with_firmware_uuid,
+    with_grace_period,
+    with_hypervisor,
+    with_memory,
+    with_memory_request,
+    with_phase,
+    with_spec,
+    with_uid,
+)
 from tests.contract.harness import SIMULATED_GUEST_SIGNALS
 from tests.guest.console import PCI_EJECT_IGNORED, POWER_BUTTON_IGNORED, READY, GuestConsole
 
@@ -35,40 +60,23 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+FIRMWARE_UUID = "5d307ca9-b3ef-428c-8861-06e72d69f223"
 
-def make_vmi(name: str = "testvmi", *, uid: str | None = None, grace: int | None = 30, **spec_extra: Any) -> dict[str, Any]:
-    """A small VMI the translator accepts: a containerDisk, an emptyDisk, cloud-init, no NICs."""
-    vmi: dict[str, Any] = {
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachineInstance",
-        "metadata": {"name": name, "namespace": "default", "uid": uid or str(uuid.uuid4()),
-                     "annotations": {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"}},
-        "spec": {
-            "domain": {
-                "cpu": {"cores": 1},
-                "memory": {"guest": "128Mi"},
-                "resources": {"requests": {"memory": "128Mi"}},
-                "firmware": {"uuid": "5d307ca9-b3ef-428c-8861-06e72d69f223"},
-                "devices": {
-                    "autoattachPodInterface": False,
-                    "disks": [{"name": "containerdisk", "disk": {"bus": "virtio"}},
-                              {"name": "scratch", "disk": {"bus": "virtio"}},
-                              {"name": "cloudinitdisk", "disk": {"bus": "virtio"}}],
-                },
-            },
-            "volumes": [
-                {"name": "containerdisk", "containerDisk": {"image": "registry:5000/cirros:devel"}},
-                {"name": "scratch", "emptyDisk": {"capacity": "64Mi"}},
-                {"name": "cloudinitdisk", "cloudInitNoCloud": {"userData": "#cloud-config\n"}},
-            ],
-        },
-        "status": {"phase": "Scheduled"},
-    }
+
+def make_vmi(*options: Option, name: str = "testvmi", uid: str | None = None, grace: int | None = 30,
+             **spec_extra: Any) -> dict[str, Any]:
+    """A small VMI the translator accepts: a containerDisk, an emptyDisk, cloud-init, no NICs, then
+    `options`; `spec_extra` replaces spec fields (`devices` merges into the devices)."""
+    vmi = new_vmi(
+        name, with_uid(uid or str(uuid.uuid4())), with_hypervisor(),
+        with_cpu(cores=1), with_memory("128Mi"), with_memory_request("128Mi"), with_firmware_uuid(FIRMWARE_UUID),
+        with_devices(autoattachPodInterface=False),
+        with_container_disk("registry:5000/cirros:devel"), with_empty_disk("scratch", "64Mi"), with_cloud_init(),
+        with_phase("Scheduled"),
+    )
     if grace is not None:
-        vmi["spec"]["terminationGracePeriodSeconds"] = grace
-    vmi["spec"]["domain"]["devices"].update(spec_extra.pop("devices", {}))
-    vmi["spec"].update(spec_extra)
-    return vmi
+        apply(vmi, with_grace_period(grace))
+    return apply(vmi, *options, with_devices(**spec_extra.pop("devices", {})), with_spec(**spec_extra))
 
 
 @dataclass(frozen=True)
@@ -335,7 +343,5 @@ async def wait_for_file(path: Path, condition: Callable[[bytes], bool], timeout:
 
 
 def kill_quietly(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

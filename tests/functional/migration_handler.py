@@ -31,6 +31,20 @@ from typing import Any
 
 from ch_launcher._proto import kubevirt_cmd_v1_pb2 as cmd_pb2
 from demo import LauncherLayout, LauncherProcess
+from tests.builders import (
+    Option,
+    new_vmi,
+    with_cloud_init,
+    with_cpu,
+    with_devices,
+    with_firmware_uuid,
+    with_grace_period,
+    with_hypervisor,
+    with_memory,
+    with_memory_request,
+    with_phase,
+    with_uid,
+)
 from tests.functional.harness import Harness, RealVmm
 from tests.functional.migration_controllers import MigrationObject, Reply, SourceController, is_migration_done
 from tests.functional.migration_proxy import ProxyManager
@@ -52,27 +66,16 @@ DEFAULT_OPTIONS: dict[str, Any] = {
 }
 
 
-def migratable_vmi(name: str = "migvmi", *, memory: str = "64Mi") -> dict[str, Any]:
+def migratable_vmi(*options: Option, name: str = "migvmi", memory: str = "64Mi") -> dict[str, Any]:
     """A VMI Cloud Hypervisor can migrate: no writable local disk (a cloud-init ISO only), no
-    NIC; booting the firmware (the tiny guest on the real VMM)."""
-    return {
-        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-        "metadata": {"name": name, "namespace": "default", "uid": str(uuid.uuid4()),
-                     "annotations": {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"}},
-        "spec": {
-            "terminationGracePeriodSeconds": 30,
-            "domain": {
-                "cpu": {"cores": 1},
-                "memory": {"guest": memory},
-                "resources": {"requests": {"memory": memory}},
-                "firmware": {"uuid": "1f0e6e4b-6a1e-4f77-9b0f-2b1b7d1f3a11"},
-                "devices": {"autoattachPodInterface": False, "autoattachGraphicsDevice": False,
-                            "disks": [{"name": "cloudinitdisk", "disk": {"bus": "virtio"}}]},
-            },
-            "volumes": [{"name": "cloudinitdisk", "cloudInitNoCloud": {"userData": "#cloud-config\n"}}],
-        },
-        "status": {"phase": "Scheduled"},
-    }
+    NIC; booting the firmware (the tiny guest on the real VMM). Then `options`."""
+    return new_vmi(
+        name, with_uid(str(uuid.uuid4())), with_hypervisor(), with_grace_period(30),
+        with_cpu(cores=1), with_memory(memory), with_memory_request(memory),
+        with_firmware_uuid("1f0e6e4b-6a1e-4f77-9b0f-2b1b7d1f3a11"),
+        with_devices(autoattachPodInterface=False, autoattachGraphicsDevice=False), with_cloud_init(),
+        with_phase("Scheduled"), *options,
+    )
 
 
 def migrating(vmi: dict[str, Any], migration_uid: str) -> dict[str, Any]:
@@ -206,10 +209,7 @@ class MigrationPair:
         handler = self.handler
         assert handler is not None and self.stored is not None
         events = self.source.recorder.events
-        if lagging or self._seen_events >= len(events):
-            index = len(events) - 1
-        else:
-            index = self._seen_events
+        index = len(events) - 1 if lagging or self._seen_events >= len(events) else self._seen_events
         domain = None if index < 0 or events[index].deleted else events[index].domain
         self._seen_events = index + 1
         self._seen_updates = handler.updates

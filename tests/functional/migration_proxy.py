@@ -42,7 +42,7 @@ def source_unix_file(base_dir: str | os.PathLike[str], key: str) -> Path:
 class _Proxy:
     """One listener and the connections it accepted."""
 
-    def __init__(self, listener: socket.socket, dial: tuple[int, object], owner: "ProxyManager") -> None:
+    def __init__(self, listener: socket.socket, dial: tuple[int, object], owner: ProxyManager) -> None:
         self.listener = listener
         self.family, self.target = dial
         self.owner = owner

@@ -120,7 +120,7 @@ def udhcpc(netns: str, workdir: Path, *extra: str, iface: str = "eth0", tries: i
     result = subprocess.run(["ip", "netns", "exec", netns, "busybox", "udhcpc", "-i", iface, "-f", "-q", "-n",
                              "-t", str(tries), "-T", "1", "-A", "1", "-s", str(script),
                              "-O", "mtu", "-O", "search", "-O", "staticroutes", *extra],
-                            capture_output=True, text=True, timeout=30, env=env)
+                            capture_output=True, text=True, timeout=30, env=env, check=False)
     if result.returncode != 0 or not record.exists():
         return None
     return dict(line.split("=", 1) for line in record.read_text().splitlines() if "=" in line)

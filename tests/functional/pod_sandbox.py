@@ -104,7 +104,7 @@ def missing_requirements() -> str | None:
 
 
 def run(*args: str, check: bool = True, timeout: float = 20) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
     if check and done.returncode != 0:
         raise RuntimeError(f"{shlex.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
     return done

@@ -45,8 +45,8 @@ UNPACK = SHARED / "unpack.sh"
 POD_UID_DIR = "p1"
 NAME, NAMESPACE, UID = "vmi-probe", "default", "6b1e4c43-1d8e-4f43-9f0e-0c6b0d8d2e11"
 GRACE = 5
-_SUMMARY = re.compile(r"^==== (\d+) discrepancies flagged by chprobe ====$", re.M)
-_CMD_ERROR = re.compile(r"^\[[ \d.]+s\] cmd (.+?)\s+ERROR \(\d+ms\): (.*)$", re.M)
+_SUMMARY = re.compile(r"^==== (\d+) discrepancies flagged by chprobe ====$", re.MULTILINE)
+_CMD_ERROR = re.compile(r"^\[[ \d.]+s\] cmd (.+?)\s+ERROR \(\d+ms\): (.*)$", re.MULTILINE)
 _REFUSAL = re.compile(r"(\w+) is not supported by the Cloud Hypervisor backend: ")
 
 
@@ -54,7 +54,8 @@ def probe_binary() -> str | None:
     """The probe's path (`../shared/unpack.sh tools/kubevirt-probe`), or None without ../shared."""
     if not (SHARED / "tools" / "kubevirt-probe.xz").exists() or not UNPACK.exists():
         return None
-    done = subprocess.run([str(UNPACK), "tools/kubevirt-probe"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([str(UNPACK), "tools/kubevirt-probe"], capture_output=True, text=True, timeout=120,
+                          check=False)
     if done.returncode != 0:
         raise RuntimeError(f"../shared/unpack.sh tools/kubevirt-probe failed: {done.stderr.strip()}")
     return done.stdout.strip().splitlines()[-1]
@@ -69,6 +70,7 @@ class ProbeRun:
     output: str
     launcher_log: str
     seen: dict[str, Any] = field(default_factory=dict)  # CHPROBE_OUT: the VMI and Domains the probe saw
+    vmm_log: str = ""  # the last VMM's own log (--log-file), for a report
 
     @property
     def discrepancies(self) -> list[str]:
@@ -104,7 +106,9 @@ class ProbeRun:
     def report(self, tail: int = 120) -> str:
         out = "\n".join(self.output.splitlines()[-tail:])
         log = "\n".join(self.launcher_log.splitlines()[-40:])
-        return f"probe {self.scenario} exited {self.returncode}\n{out}\n--- launcher log (last lines) ---\n{log}"
+        vmm = "\n".join(self.vmm_log.splitlines()[-30:])
+        return (f"probe {self.scenario} exited {self.returncode}\n{out}\n--- launcher log (last lines) ---\n{log}"
+                f"\n--- the last VMM's log (last lines) ---\n{vmm}")
 
 
 def _descendants(pid: int) -> list[int]:
@@ -219,12 +223,14 @@ def _run(root: Path, scenario: str, probe: str, ch_binary: str, firmware: Path |
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     log_path = root / "launcher.log"
+    vmm_log = dirs["private"] / "ch" / "ch.log"
     seen = {}
     for item in sorted(dirs["out"].glob("*.json")):
         with contextlib.suppress(ValueError):
             seen[item.stem] = json.loads(item.read_text())
     return ProbeRun(scenario, proc.returncode, output.decode(errors="replace"),
-                    log_path.read_text(errors="replace") if log_path.exists() else "", seen)
+                    log_path.read_text(errors="replace") if log_path.exists() else "", seen,
+                    vmm_log.read_text(errors="replace") if vmm_log.exists() else "")
 
 
 # Calls the probe makes that virt-handler makes only for a VMI that asks for them, failing in band

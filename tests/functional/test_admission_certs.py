@@ -24,9 +24,22 @@ MUTATOR = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/k
 def served_cert(port: int, ca: str | None = None, name: str = "localhost") -> bytes:
     """The DER certificate a new TLS connection is given (verified against `ca` when given)."""
     ctx = ssl.create_default_context(cafile=ca) if ca else ssl._create_unverified_context()
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-        with ctx.wrap_socket(raw, server_hostname=name) as s:
-            return s.getpeercert(binary_form=True)
+    with (socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+          ctx.wrap_socket(raw, server_hostname=name) as s):
+        return s.getpeercert(binary_form=True)
+
+
+def wait_for_a_failed_reload(server: AdmissionServer, ca: str, timeout: float = 15.0) -> None:
+    """Until the server has looked at its changed files and kept serving its pair (its failed-reload
+    counter is 1): it looks on a new connection, at most once a second."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with client(ca) as fresh:  # a new connection each time
+            metrics = fresh.get(server.url + "/metrics", timeout=5).text
+        if 'ch_admission_tls_reloads_total{result="failed"} 1.0' in metrics:
+            return
+        assert time.monotonic() < deadline, f"the server did not look at its files within {timeout} s:\n{metrics}"
+        time.sleep(0.1)
 
 
 def replace_pair(src: dict, dst: dict) -> None:
@@ -50,7 +63,7 @@ def test_a_certificate_rotated_on_disk_is_served_to_new_connections(tmp_path):
 
         # a half-done rotation (new key, old certificate) keeps the old pair serving
         shutil.copyfile(second["key"], live["key"])
-        time.sleep(1.2)
+        wait_for_a_failed_reload(s, live["ca"])
         assert served_cert(s.port, live["ca"]) == first
 
         replace_pair(second, live)
@@ -61,7 +74,8 @@ def test_a_certificate_rotated_on_disk_is_served_to_new_connections(tmp_path):
         assert served_cert(s.port, second["ca"]) != first  # verifies against the new CA
         assert kept.get(s.url + "/healthz", timeout=5).status_code == 200  # the old connection still works
         with client(second["ca"]) as fresh:
-            assert fresh.get(s.url + "/metrics", timeout=5).text.count('ch_admission_tls_reloads_total{result="ok"} 1.0') == 1
+            assert fresh.get(s.url + "/metrics",
+                             timeout=5).text.count('ch_admission_tls_reloads_total{result="ok"} 1.0') == 1
         kept.close()
     finally:
         assert s.stop() == 0, "\n".join(s.log)
@@ -75,7 +89,7 @@ def test_a_garbage_certificate_file_never_interrupts_service(tmp_path):
         first = served_cert(s.port, live["ca"])
         with open(live["cert"], "w") as f:
             f.write("-----BEGIN CERTIFICATE-----\nnot base64\n")
-        time.sleep(1.2)
+        wait_for_a_failed_reload(s, live["ca"])
         assert served_cert(s.port, live["ca"]) == first
     finally:
         assert s.stop() == 0
@@ -94,7 +108,7 @@ def test_a_bad_config_file_stops_start_up_with_its_key(tmp_path):
     (tmp_path / "bad.yaml").write_text("launcher: {image: x, command: [/a], typo: 1}\n")
     s = AdmissionServer(["--tls-cert-file", str(tls["cert"]), "--tls-private-key-file", str(tls["key"]),
                          "--config", str(tmp_path / "bad.yaml")])
-    with pytest.raises(RuntimeError, match="launcher.typo: unknown key"):
+    with pytest.raises(RuntimeError, match=r"launcher\.typo: unknown key"):
         s.start(timeout=20)
     assert s.proc.returncode == 2
 
@@ -191,8 +205,9 @@ def test_a_restart_reuses_the_secret_and_re_injects_a_reset_ca_bundle(api, tmp_p
 
 
 def test_an_expiring_serving_certificate_is_renewed_with_the_same_ca(api, tmp_path):
-    from admission.certs import Bundle, dns_names, make_ca, make_serving
     import datetime
+
+    from admission.certs import Bundle, dns_names, make_ca, make_serving
     ca_cert, ca_key = make_ca()
     cert, key = make_serving(ca_cert, ca_key, dns_names("ch-admission", "kubevirt-ch"),
                              validity=datetime.timedelta(days=2))

@@ -55,8 +55,8 @@ def test_a_host_device_the_kubevirt_cr_permits_as_usb_is_refused_on_create_and_u
     vm = b.vm(b.vmi(annotations=b.CH))
     answer = post_review(https, server.url, b.review(b.vm(with_usb_stick()), "UPDATE", vm))  # a USB stick added
     assert answer["allowed"] is False
-    assert answer["status"]["details"]["causes"][0]["field"] == "spec.template.spec.domain.devices.hostDevices[0]" \
-                                                                ".deviceName"
+    field = answer["status"]["details"]["causes"][0]["field"]
+    assert field == "spec.template.spec.domain.devices.hostDevices[0].deviceName"
     assert post_review(https, server.url, b.review(b.vmi()))["allowed"] is True  # QEMU VMIs are not ours
 
 
@@ -84,5 +84,5 @@ def test_the_kubevirt_cr_is_read_again_for_host_devices_when_it_changes_while_th
         assert time.monotonic() < deadline + 20, "the server did not read the changed KubeVirt CR"
         time.sleep(0.1)
     assert answer["allowed"] is True
-    assert answer["warnings"] == ["spec.domain.devices.hostDevices[0]: kubevirt.io/storage must be a PCI or mediated "
-                                  "device: a USB one fails the start (Cloud Hypervisor has no USB)"]
+    assert answer["warnings"] == [("spec.domain.devices.hostDevices[0]: kubevirt.io/storage must be a PCI or mediated "
+                                   "device: a USB one fails the start (Cloud Hypervisor has no USB)")]

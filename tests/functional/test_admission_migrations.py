@@ -9,6 +9,7 @@ import copy
 
 import pytest
 
+from tests.builders import with_devices, with_namespace, with_spec, with_status, with_uid
 from tests.fakes.fake_kube_api import FakeKubeAPI
 from tests.functional.admission_harness import CONFIG, AdmissionServer, post_review
 from tests.unit.admission import builders as b
@@ -33,14 +34,11 @@ def server(api, tls):
 
 
 def running_vmi(name, annotations=b.CH, migratable=False):
-    vmi = b.vmi(name=name, annotations=annotations)
-    if migratable:
-        vmi["spec"]["volumes"] = []
-        vmi["spec"]["domain"]["devices"] = {"disks": [], "autoattachPodInterface": False}
-    vmi["metadata"].update(namespace="ns1", uid=f"uid-of-{name}")
-    vmi["status"] = {"phase": "Running", "nodeName": "node01",
-                     "conditions": [{"type": "LiveMigratable", "status": "True"}]}
-    return vmi
+    movable = [with_spec(volumes=[]), with_devices(disks=[], autoattachPodInterface=False)] if migratable else []
+    return b.vmi(*movable, with_namespace("ns1"), with_uid(f"uid-of-{name}"),
+                 with_status(phase="Running", nodeName="node01",
+                             conditions=[{"type": "LiveMigratable", "status": "True"}]),
+                 name=name, annotations=annotations)
 
 
 def migrate(https, server, vmi_name, **review):

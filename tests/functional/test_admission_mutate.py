@@ -12,6 +12,7 @@ from admission.mutate import RECORD_ANNOTATION
 from admission.overhead import ch_overhead
 from ch_launcher.kubevirt.quantity import MiB, quantity_bytes
 from ch_launcher.kubevirt.vmi import parse_vmi
+from tests.builders import with_namespace, with_uid
 from tests.fakes.fake_kube_api import FakeKubeAPI
 from tests.functional.admission_harness import CONFIG, AdmissionServer, client, make_tls, post_review
 from tests.unit.admission import builders as b
@@ -37,9 +38,7 @@ def server(api, tls):
 
 
 def a_vmi(name, namespace="ns1", **kw):
-    obj = b.vmi(name=name, annotations=b.CH, **kw)
-    obj["metadata"].update(namespace=namespace, uid=f"uid-of-{name}")
-    return obj
+    return b.vmi(with_namespace(namespace), with_uid(f"uid-of-{name}"), name=name, annotations=b.CH, **kw)
 
 
 def mutate(https, server, pod, namespace="ns1"):
@@ -64,7 +63,7 @@ def test_a_launcher_pod_is_mutated_once_and_a_second_pass_changes_nothing(api, s
     assert answer["allowed"] is True and patched is not None
     c = compute(patched)
     assert c["image"] == IMAGE
-    assert c["command"] == ["/usr/bin/ch-launcher"] + compute(pod)["command"][1:]
+    assert c["command"] == ["/usr/bin/ch-launcher", *compute(pod)["command"][1:]]
     ours = ch_overhead(parse_vmi(vmi)).total
     assert quantity_bytes(c["resources"]["requests"]["memory"]) == 128 * MiB + ours
     assert quantity_bytes(c["resources"]["limits"]["memory"]) == 128 * MiB + ours

@@ -156,18 +156,18 @@ def test_a_request_object_that_is_not_an_object_is_refused_on_both_paths(server,
 
 def test_an_oversized_body_is_refused_without_reading_it(server, tls):
     ctx = ssl.create_default_context(cafile=str(tls["ca"]))
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
-        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
-            s.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: 50000000\r\n\r\n{\"apiVersion\":")
-            started = time.monotonic()
-            reply = b""
-            while b"exceeds the limit" not in reply:
-                chunk = s.recv(65536)
-                assert chunk, reply
-                reply += chunk
-            assert reply.startswith(b"HTTP/1.1 413")
-            assert time.monotonic() - started < 5
+    with (socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw,
+          ctx.wrap_socket(raw, server_hostname="localhost") as s):
+        s.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 50000000\r\n\r\n{\"apiVersion\":")
+        started = time.monotonic()
+        reply = b""
+        while b"exceeds the limit" not in reply:
+            chunk = s.recv(65536)
+            assert chunk, reply
+            reply += chunk
+        assert reply.startswith(b"HTTP/1.1 413")
+        assert time.monotonic() - started < 5
 
 
 def test_an_oversized_chunked_body_is_refused(server, https):
@@ -181,14 +181,14 @@ def test_an_oversized_chunked_body_is_refused(server, https):
 
 def test_a_body_that_never_arrives_does_not_hang_the_server(server, tls, https):
     ctx = ssl.create_default_context(cafile=str(tls["ca"]))
-    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as raw:
-        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
-            s.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: 100\r\n\r\n{")
-            # meanwhile other clients are served
-            assert https.get(server.url + "/healthz", timeout=5).status_code == 200
-            reply = s.recv(65536)
-            assert reply.startswith(b"HTTP/1.1 408")
+    with (socket.create_connection(("127.0.0.1", server.port), timeout=30) as raw,
+          ctx.wrap_socket(raw, server_hostname="localhost") as s):
+        s.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100\r\n\r\n{")
+        # meanwhile other clients are served
+        assert https.get(server.url + "/healthz", timeout=5).status_code == 200
+        reply = s.recv(65536)
+        assert reply.startswith(b"HTTP/1.1 408")
 
 
 def test_wrong_methods_and_paths_are_refused(server, https):
@@ -213,9 +213,9 @@ def test_tls_1_2_is_accepted_and_older_versions_are_refused(server, tls):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             ctx.minimum_version = ctx.maximum_version = version
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
-            with ctx.wrap_socket(raw, server_hostname="localhost") as s:
-                return s.version()
+        with (socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw,
+              ctx.wrap_socket(raw, server_hostname="localhost") as s):
+            return s.version()
 
     assert handshake(ssl.TLSVersion.TLSv1_2) == "TLSv1.2"
     with pytest.raises(ssl.SSLError) as e:

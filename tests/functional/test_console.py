@@ -18,6 +18,7 @@ import pytest
 
 from ch_launcher.ch.process import VmmProcess
 from ch_launcher.console import ConsoleError, SerialConsole
+from tests.polling import until
 
 BOOT_LOG = b"[    0.000000] Linux version 6.8\r\nWelcome\r\n\r\ntestvm login: "
 
@@ -90,9 +91,7 @@ async def read_until(reader: asyncio.StreamReader, needle: bytes, timeout: float
 
 
 async def wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not cond():
-            await asyncio.sleep(0.01)
+    await until(cond, timeout)
 
 
 def read_file(path: str) -> bytes:
@@ -134,7 +133,7 @@ async def test_guest_output_reaches_the_client_and_the_log_and_input_reaches_the
 @run
 async def test_client_can_detach_and_reattach_without_losing_the_vm(sockdir: str) -> None:
     async with Setup(sockdir) as s:
-        r1, w1 = await asyncio.open_unix_connection(s.console_path)
+        _r1, w1 = await asyncio.open_unix_connection(s.console_path)
         await wait_for(lambda: s.console.client_attached)
         w1.close()
         await wait_for(lambda: not s.console.client_attached)
@@ -233,7 +232,7 @@ async def test_attach_gives_up_with_a_clear_error_when_the_socket_never_appears(
     s = Setup(sockdir)
     await s.console.start()
     try:
-        with pytest.raises(ConsoleError, match="did not accept a connection within 0.3 s"):
+        with pytest.raises(ConsoleError, match=r"did not accept a connection within 0\.3 s"):
             await s.console.attach_vmm(timeout=0.3)
     finally:
         await s.console.close()
@@ -262,7 +261,7 @@ async def test_log_file_exists_from_start_and_socket_is_removed_on_close(sockdir
 @run
 async def test_a_client_that_never_reads_does_not_stall_the_log(sockdir: str) -> None:
     async with Setup(sockdir) as s:
-        reader, writer = await asyncio.open_unix_connection(s.console_path)  # never reads
+        _reader, writer = await asyncio.open_unix_connection(s.console_path)  # never reads
         await wait_for(lambda: s.console.client_attached)
         chunk = b"x" * 65536
         for _ in range(64):  # 4 MiB, more than the kernel and client buffers hold
@@ -341,7 +340,7 @@ def booted_vmm(sockdir: str) -> Iterator[tuple[VmmProcess, str]]:
 @run
 async def test_console_of_the_simulated_vmm_logs_the_boot_and_echoes_input(
         sockdir: str, booted_vmm: tuple[VmmProcess, str]) -> None:
-    vmm, serial = booted_vmm
+    _vmm, serial = booted_vmm
     console_path = os.path.join(sockdir, "uid", "virt-serial0")
     log_path = os.path.join(sockdir, "uid", "virt-serial0-log")
     console = SerialConsole(serial, console_path, log_path)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 
+from tests.builders import with_cpu, with_memory
 from tests.functional.harness import make_vmi
 from tests.functional.story_fixtures import BOTH_VMMS
 from tests.guest.console import CPU_EJECT_IGNORED
@@ -21,10 +22,7 @@ MiB = 1 << 20
 
 
 def hotpluggable_vmi() -> dict:
-    vmi = make_vmi()
-    vmi["spec"]["domain"]["cpu"] = {"sockets": 1, "cores": 1, "threads": 1, "maxSockets": 4}
-    vmi["spec"]["domain"]["memory"] = {"guest": "128Mi", "maxGuest": "512Mi"}
-    return vmi
+    return make_vmi(with_cpu(sockets=1, cores=1, threads=1, maxSockets=4), with_memory("128Mi", maxGuest="512Mi"))
 
 
 def enabled_vcpus(domain: dict) -> int:

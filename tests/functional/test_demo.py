@@ -12,7 +12,7 @@ from tests.conftest import REPO
 def test_make_demo_walks_a_vmi_from_sync_to_delete_and_says_so():
     env = {k: v for k, v in os.environ.items() if k != "CH_BINARY"}  # the simulated VMM
     done = subprocess.run([sys.executable, "-m", "demo", "examples/vmi-demo.yaml"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "on the simulated VMM (CH_BINARY is not set)" in out

@@ -24,6 +24,7 @@ import uuid
 import pytest
 
 from ch_launcher.dhcp.lease import LEASE_SECONDS
+from tests.builders import new_vmi, with_interfaces, with_networks, with_spec, with_uid
 from tests.functional import pod_probes
 from tests.functional.pod_probes import udhcpc
 
@@ -31,8 +32,8 @@ pytestmark = [pytest.mark.root, pytest.mark.timeout(90)]
 
 HERE = pathlib.Path(__file__).resolve().parent
 POD_MAC = "0a:58:0a:f4:01:05"
-RESOLV_CONF = "search default.svc.cluster.local svc.cluster.local cluster.local\nnameserver 10.96.0.10\n" \
-              "nameserver 10.96.0.11\nnameserver fd00::10\noptions ndots:5\n"
+RESOLV_CONF = ("search default.svc.cluster.local svc.cluster.local cluster.local\nnameserver 10.96.0.10\n"
+               "nameserver 10.96.0.11\nnameserver fd00::10\noptions ndots:5\n")
 
 
 def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -140,8 +141,8 @@ def pod_server(tmp_path):
 
 
 def vmi(interfaces, networks, **spec):
-    return {"metadata": {"name": "testvmi", "namespace": "default", "uid": "0b4e0c1a-0000-4000-8000-0000000000d1"},
-            "spec": {"domain": {"devices": {"interfaces": interfaces}}, "networks": networks, **spec}}
+    return new_vmi("testvmi", with_uid("0b4e0c1a-0000-4000-8000-0000000000d1"), with_interfaces(interfaces),
+                   with_networks(networks), with_spec(**spec))
 
 
 def test_masquerade_guest_gets_address_gateway_dns_search_and_mtu(netns, pod_server, tmp_path):

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from demo import FAKE_CH
+from tests.builders import with_disk, with_pvc, with_status
 from tests.functional.harness import Harness, make_vmi
 from tests.functional.pod_fixtures import PodVmm, real_binary, vm_config, vmm_info
 from tests.functional.pod_sandbox import PodSandbox
@@ -101,16 +102,12 @@ def claim(size: str, mode: str = "Filesystem", overhead: str | None = OVERHEAD) 
 def claims_vmi() -> dict:
     """A filesystem claim as virt-handler hands it over (a hostDisk, hostdisk.ReplacePVCByHostDisk)
     and a block claim."""
-    vmi = make_vmi()
-    vmi["spec"]["volumes"] += [
-        {"name": "fsdata", "hostDisk": {"path": "/var/run/kubevirt-private/vmi-disks/fsdata/disk.img",
-                                        "type": "DiskOrCreate", "capacity": "32Mi", "shared": False}},
-        {"name": "blkdata", "persistentVolumeClaim": {"claimName": "blk-claim"}}]
-    vmi["spec"]["domain"]["devices"]["disks"] += [{"name": "fsdata", "disk": {"bus": "virtio"}},
-                                                  {"name": "blkdata", "disk": {"bus": "virtio"}}]
-    vmi["status"]["volumeStatus"] = [{"name": "fsdata", "persistentVolumeClaimInfo": claim("64Mi")},
-                                     {"name": "blkdata", "persistentVolumeClaimInfo": claim("4Mi", "Block", None)}]
-    return vmi
+    return make_vmi(
+        with_disk("fsdata", {"hostDisk": {"path": "/var/run/kubevirt-private/vmi-disks/fsdata/disk.img",
+                                          "type": "DiskOrCreate", "capacity": "32Mi", "shared": False}}),
+        with_pvc("blkdata", "blk-claim"),
+        with_status(volumeStatus=[{"name": "fsdata", "persistentVolumeClaimInfo": claim("64Mi")},
+                                  {"name": "blkdata", "persistentVolumeClaimInfo": claim("4Mi", "Block", None)}]))
 
 
 def grown_claim(vmi: dict, name: str, size: str) -> None:

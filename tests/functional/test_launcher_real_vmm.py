@@ -1,6 +1,6 @@
 """A launcher story on a real cloud-hypervisor with any guest: ../shared/vmm's binary (or
 CH_BINARY) and the tiny guest (or the user's CH_FIRMWARE / CH_FIRMWARE_DIR and CH_DEMO_IMAGE),
-README "Testing against a real cloud-hypervisor". Only what the VMM does by itself is asserted;
+docs/testing.md "Against a real cloud-hypervisor". Only what the VMM does by itself is asserted;
 the guest-driven stories run on both VMMs in test_launcher_stories.py."""
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ the `pod` sandbox)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import select
@@ -22,6 +23,9 @@ from demo import CmdClient
 from tests.functional.harness import make_vmi, wait_for_file
 from tests.functional.pod_probes import capabilities
 from tests.functional.story_fixtures import BOTH_VMMS
+from tests.polling import until
+
+UNDELIVERED = b"cannot deliver a notification"  # the launcher's warning when virt-handler's pipe is not there
 
 # --- start -----------------------------------------------------------------------------------------
 
@@ -411,9 +415,8 @@ def test_soft_reboot_shuts_the_guest_down_cleanly_and_boots_it_again(vh):
         since = len(vh.recorder.events)
         await vh.client.vmi_command("SoftRebootVirtualMachine", vh.vmi)
         await vh.recorder.wait_for(lambda e: e.status == "Running", since=since, timeout=10)
-        deadline = time.monotonic() + 10
-        while vh.launcher.children() in ([], [old]) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        with contextlib.suppress(TimeoutError):
+            await until(lambda: vh.launcher.children() not in ([], [old]), 10, 0.05)
         assert vh.launcher.children() and vh.launcher.children() != [old]
         if vh.simulated:  # a real VMM's log (where its requests are counted) starts afresh
             assert len(vh.requests("vm.power-button")) == 1 and len(vh.requests("vm.boot")) == 2
@@ -665,7 +668,7 @@ def test_events_reach_a_notify_server_that_appears_late(new_harness):
     async def story():
         await h.start()
         await h.client.sync(h.vmi)
-        await asyncio.sleep(0.5)
+        await wait_for_file(h.layout.log_file, lambda log: UNDELIVERED in log, 15, "a failed notification")
         await h.recorder.start()  # virt-handler injects the pipe after its first connection
         await h.recorder.wait_for_status("Running", timeout=15)
 
@@ -677,7 +680,7 @@ def test_events_reach_a_restarted_virt_handler(vh):
         await vh.boot()
         await vh.recorder.stop()
         await vh.client.vmi_command("PauseVirtualMachine", vh.vmi)  # while virt-handler is away
-        await asyncio.sleep(0.3)
+        await wait_for_file(vh.layout.log_file, lambda log: UNDELIVERED in log, 15, "a failed notification")
         await vh.recorder.start()
         await vh.recorder.wait_for_status("Paused", "User", timeout=15)
 

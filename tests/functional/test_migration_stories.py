@@ -21,9 +21,9 @@ import time
 import pytest
 
 from tests.contract.test_migration import host_snapshots_vcpus
+from tests.functional.harness import RealVmm
 from tests.functional.migration_controllers import domain_status
 from tests.functional.migration_handler import MigrationPair, migratable_vmi, migration_of
-from tests.functional.harness import RealVmm
 from tests.functional.pod_fixtures import real_vmm_reason
 from tests.functional.pod_sandbox import missing_requirements
 from tests.guest.console import GuestConsole
@@ -81,8 +81,8 @@ def assert_failed_once_as_kubevirt_sees_it(pair: MigrationPair, state: dict, rea
     assert handler is not None
     assert len(handler.migrate_calls()) == 1, handler.calls
     warnings = [e for e in handler.events if e.reason == "Migrated"]
-    assert [e.message for e in warnings] == [f"VirtualMachineInstance migration uid {pair.migration_uid} failed. "
-                                             f"reason:{state['failureReason']}"], handler.events
+    assert [e.message for e in warnings] == [(f"VirtualMachineInstance migration uid {pair.migration_uid} failed. "
+                                              f"reason:{state['failureReason']}")], handler.events
     assert not [e for e in pair.source.recorder.k8s_events if e.get("reason") == "Migrated"], \
         "virt-handler sends the Migrated warning; a second one from the launcher would be a duplicate"
 

@@ -18,6 +18,7 @@ import copy
 
 import pytest
 
+from tests.builders import with_masquerade, with_status
 from tests.functional.harness import Harness, make_vmi
 from tests.functional.pod_fixtures import vmm_info
 from tests.functional.pod_probes import hashed_pod_interface, udhcpc
@@ -30,10 +31,8 @@ BLUE_MAC = "0a:00:00:00:00:07"  # the pod interface's MAC, which bridge binding 
 
 
 def masquerade_vmi() -> dict:
-    vmi = make_vmi(devices={"interfaces": [{"name": "default", "masquerade": {}, "macAddress": GUEST_MAC}]},
-                   networks=[{"name": "default", "pod": {}}])
-    vmi["status"]["interfaces"] = [{"name": "default", "podInterfaceName": "eth0", "infoSource": "domain"}]
-    return vmi
+    return make_vmi(with_masquerade(macAddress=GUEST_MAC),
+                    with_status(interfaces=[{"name": "default", "podInterfaceName": "eth0", "infoSource": "domain"}]))
 
 
 def add_blue(vmi: dict, *, binding: dict | None = None) -> dict:

@@ -20,7 +20,8 @@ from ch_launcher._proto import kubevirt_notify_info_pb2 as info_pb2
 from ch_launcher._proto import kubevirt_notify_info_pb2_grpc as info_grpc
 from ch_launcher._proto import kubevirt_notify_v1_pb2 as notify_pb2
 from ch_launcher._proto import kubevirt_notify_v1_pb2_grpc as notify_grpc
-from ch_launcher.notify import K8S_MAX_REFUSALS, Notifier, highest_common_version, NotifyError
+from ch_launcher.notify import K8S_MAX_REFUSALS, Notifier, NotifyError, highest_common_version
+from tests import polling
 
 
 def run(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
@@ -71,11 +72,11 @@ class FakeVirtHandler(info_grpc.NotifyInfoServicer, notify_grpc.NotifyServicer):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
 
-    async def Info(self, request: Any, context: Any) -> Any:
+    async def Info(self, request: Any, context: Any) -> Any:  # noqa: N802
         self.info_calls += 1
         return info_pb2.NotifyInfoResponse(supportedNotifyVersions=list(self.versions))
 
-    async def HandleDomainEvent(self, request: Any, context: Any) -> Any:
+    async def HandleDomainEvent(self, request: Any, context: Any) -> Any:  # noqa: N802
         self.domain_calls += 1
         self.raw_domain_requests.append((request.eventType, bytes(request.domainJSON), bytes(request.statusJSON)))
         if self.refuse_domain > 0:
@@ -88,7 +89,7 @@ class FakeVirtHandler(info_grpc.NotifyInfoServicer, notify_grpc.NotifyServicer):
         self.domain_events.append((request.eventType, domain))
         return notify_pb2.Response(success=True)
 
-    async def HandleK8sEvent(self, request: Any, context: Any) -> Any:
+    async def HandleK8sEvent(self, request: Any, context: Any) -> Any:  # noqa: N802
         self.k8s_calls += 1
         event = json.loads(request.eventJSON)
         obj = event["involvedObject"]
@@ -109,10 +110,7 @@ def statuses(server: FakeVirtHandler) -> list[tuple[str, str]]:
 async def first_failure(n: Notifier, timeout: float = 10.0) -> str:
     """The error of the notifier's first failed delivery attempt (waits for one: a busy machine
     may take a while to make it)."""
-    async with asyncio.timeout(timeout):
-        while n.last_error is None:
-            await asyncio.sleep(0.01)
-    return n.last_error
+    return await polling.until(lambda: n.last_error, timeout)
 
 
 def notifier(path: str, **kw: Any) -> Notifier:
@@ -148,7 +146,7 @@ async def test_virt_handler_restart_mid_stream_loses_no_latest_state(sock: str) 
         assert await n.flush(10)
         await first.stop()
         await n.send_domain(dom(2))
-        await asyncio.sleep(0.2)
+        await first_failure(n)  # it tried while virt-handler was away
         second = await FakeVirtHandler(sock).start()
         try:
             assert await n.flush(10)
@@ -303,7 +301,7 @@ async def test_bad_arguments_are_refused_clearly(sock: str) -> None:
 async def test_close_returns_promptly_with_undelivered_events(sock: str) -> None:
     n = notifier(sock, retry_max=5.0)
     await n.send_domain(dom(1))
-    await asyncio.sleep(0.1)
+    await first_failure(n)  # the sender is retrying
     loop = asyncio.get_running_loop()
     start = loop.time()
     await n.close()
@@ -342,9 +340,7 @@ async def test_error_events_carry_the_status_json(sock: str) -> None:
 
 async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     """Wait for `condition` with a deadline (the notifier's background work has no event to await)."""
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.01)
+    await polling.until(condition, timeout)
 
 
 @run

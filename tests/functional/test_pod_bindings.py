@@ -1,4 +1,4 @@
-"""Every network binding the README marks Supported boots in a launcher pod: the real launcher
+"""Every network binding docs/features.md marks Supported boots in a launcher pod: the real launcher
 as uid 107 with only NET_BIND_SERVICE, its VMM with no capability, on the taps virt-handler made
 in the pod's network namespace (`pod_sandbox.py`). Each story runs on the simulated VMM and on
 the real cloud-hypervisor (with the tiny guest as firmware); it checks what the VMM really holds
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.builders import with_cpu, with_interfaces, with_networks
 from tests.functional.harness import Harness, make_vmi
 from tests.functional.pod_fixtures import vmm_info
 from tests.functional.pod_probes import check_privileges, hashed_pod_interface, udhcpc
@@ -22,9 +23,7 @@ GUEST_MAC = "52:54:00:12:34:56"
 
 
 def nic_vmi(interfaces, networks, *, cores: int = 1, **devices) -> dict:
-    vmi = make_vmi(devices={"interfaces": interfaces, **devices}, networks=networks)
-    vmi["spec"]["domain"]["cpu"] = {"cores": cores}
-    return vmi
+    return make_vmi(with_interfaces(interfaces), with_networks(networks), with_cpu(cores=cores), devices=devices)
 
 
 def nets(harness: Harness) -> list[dict]:

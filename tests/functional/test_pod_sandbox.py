@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -46,7 +47,8 @@ def test_a_program_in_the_pod_runs_as_107_with_net_bind_service_only_and_its_chi
     host_nodes = {path: os.stat(path) for path in ("/dev/kvm", "/dev/net/tun") if os.path.exists(path)}
     sandbox.masquerade(mtu=1400)
 
-    done = subprocess.run(sandbox.python_command(["-c", PROBE]), capture_output=True, text=True, timeout=30)
+    done = subprocess.run(sandbox.python_command(["-c", PROBE]), capture_output=True, text=True, timeout=30,
+                          check=False)
 
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
@@ -85,7 +87,7 @@ def test_closing_removes_the_namespaces_processes_and_files():
     sleeper = subprocess.Popen(pod.command(["sleep", "600"]), start_new_session=True)
     names = list(pod._namespaces)
     deadline = time.monotonic() + 10
-    while open(f"/proc/{sleeper.pid}/comm").read().strip() != "sleep":  # in the pod, as 107
+    while Path(f"/proc/{sleeper.pid}/comm").read_text().strip() != "sleep":  # in the pod, as 107
         assert time.monotonic() < deadline and sleeper.poll() is None
         time.sleep(0.01)
 
@@ -108,9 +110,10 @@ def test_a_sandbox_left_by_a_killed_test_process_is_swept_by_the_next_one():
     if reason:
         pytest.skip(reason)
     child = subprocess.Popen(
-        [sys.executable, "-c", "from tests.functional.pod_sandbox import PodSandbox\n"
-         "p = PodSandbox(); p.masquerade(); img = p.root / 'b.img'; img.write_bytes(bytes(1 << 20))\n"
-         "p.block_device('blk', img); print(p.netns, p.root, flush=True)\nimport time; time.sleep(600)"],
+        [sys.executable, "-c", (
+            "from tests.functional.pod_sandbox import PodSandbox\n"
+            "p = PodSandbox(); p.masquerade(); img = p.root / 'b.img'; img.write_bytes(bytes(1 << 20))\n"
+            "p.block_device('blk', img); print(p.netns, p.root, flush=True)\nimport time; time.sleep(600)")],
         stdout=subprocess.PIPE, text=True, cwd=str(REPO))
     netns, root = child.stdout.readline().split()
     child.kill()

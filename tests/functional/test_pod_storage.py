@@ -1,4 +1,4 @@
-"""Every storage kind the README supports opens in a launcher pod, on the simulated and on the
+"""Every storage kind docs/features.md supports opens in a launcher pod, on the simulated and on the
 real VMM: the launcher (uid 107) prepares what it must (overlays, sparse images, ISOs), the VMM
 (uid 107, no capability) opens every disk, and vm.info shows each as translated.
 
@@ -124,7 +124,7 @@ def test_every_volume_kind_opens_on_the_vmm_as_translated(pod, launch, vmm_kind)
     ]
     assert vmm_info(vh)["state"] == "Running"
     made = [Path(p) for _, p, _, _ in disks(vh) if not p.startswith("/dev/")]
-    assert {p: p.stat().st_uid for p in made} == {p: 107 for p in made}  # the launcher's files are the pod's
+    assert {p: p.stat().st_uid for p in made} == dict.fromkeys(made, 107)  # the launcher's files are the pod's
 
 
 def test_kernel_boot_with_a_config_drive_boots_the_kernel_directly(pod, launch, vmm_kind):

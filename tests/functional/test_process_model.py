@@ -23,6 +23,7 @@ import time
 import pytest
 
 from demo import FAKE_CH, CommandError
+from tests.builders import with_memory, with_memory_request
 from tests.functional import kubevirt_runtime as vh
 from tests.functional.harness import Harness, make_vmi
 from tests.functional.pod_fixtures import real_vmm
@@ -39,10 +40,7 @@ START_SOFT = 64 << 10
 
 
 def memlock_vmi() -> dict:
-    vmi = make_vmi()
-    vmi["spec"]["domain"]["memory"] = {"guest": str(GUEST), "reservedOverhead": {"memLock": "Required"}}
-    vmi["spec"]["domain"]["resources"]["requests"]["memory"] = str(GUEST)
-    return vmi
+    return make_vmi(with_memory(str(GUEST), reservedOverhead={"memLock": "Required"}), with_memory_request(str(GUEST)))
 
 
 async def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
@@ -57,7 +55,7 @@ async def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
 
 
 def _vmm(h: Harness) -> int | None:
-    pid, ppid = vh.socket_owner(str(h.layout.cmd_socket))
+    _pid, ppid = vh.socket_owner(str(h.layout.cmd_socket))
     try:
         return vh.find_qemu(ppid)
     except LookupError:

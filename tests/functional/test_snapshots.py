@@ -21,13 +21,15 @@ import os
 import pytest
 
 from ch_launcher._proto import kubevirt_cmd_v1_pb2 as cmd_pb2
+from tests.builders import with_pvc, with_status
 from tests.functional.harness import Harness, make_vmi
 from tests.functional.pod_fixtures import vmm_info
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(90)]
 
 MiB = 1 << 20
-NOT_CONNECTED = "LibvirtError(Code=86, Domain=10, Message='Guest agent is not responding: QEMU guest agent is not connected')"
+NOT_CONNECTED = ("LibvirtError(Code=86, Domain=10, Message='Guest agent is not responding: QEMU guest agent is not "
+                 "connected')")
 NOT_RUNNING = "LibvirtError(Code=55, Domain=10, Message='Requested operation is not valid: domain is not running')"
 
 
@@ -66,12 +68,10 @@ def test_freeze_of_a_vmi_that_does_not_decode_is_refused_like_any_command(pod, l
 def restored_vmi(restore_uid: str) -> dict:
     """The VM's VMI after a VirtualMachineRestore: a new VMI (new uid), the same firmware UUID,
     its data volume now the restored claim (pkg/storage/snapshot/restore.go@d923fdb815cd)."""
-    vmi = make_vmi()
-    vmi["spec"]["volumes"].append({"name": "data", "persistentVolumeClaim": {"claimName": f"restore-{restore_uid}-data"}})
-    vmi["spec"]["domain"]["devices"]["disks"].append({"name": "data", "disk": {"bus": "virtio"}})
-    vmi["status"]["volumeStatus"] = [{"name": "data", "persistentVolumeClaimInfo": {
-        "volumeMode": "Filesystem", "capacity": {"storage": "16Mi"}, "requests": {"storage": "16Mi"}}}]
-    return vmi
+    return make_vmi(with_pvc("data", f"restore-{restore_uid}-data"),
+                    with_status(volumeStatus=[{"name": "data", "persistentVolumeClaimInfo": {
+                        "volumeMode": "Filesystem", "capacity": {"storage": "16Mi"},
+                        "requests": {"storage": "16Mi"}}}]))
 
 
 def test_an_offline_restore_boots_from_the_restored_volume(pod, launch, vmm_kind):

@@ -19,36 +19,34 @@ import pytest
 
 from ch_launcher.convert import LauncherEnv, PodFacts, translate
 from ch_launcher.prepare import PreparationError, execute
+from tests.builders import (
+    new_vmi,
+    with_cloud_init,
+    with_container_disk,
+    with_devices,
+    with_empty_disk,
+    with_firmware_uuid,
+    with_memory,
+    with_namespace,
+    with_pvc,
+    with_status,
+    with_uid,
+)
 
 GiB = 2**30
 USER_DATA = "#cloud-config\npassword: fedora\nchpasswd: { expire: False }\nwrite_files:\n- content: \"✓ ünïcödé\"\n"
 
 
 def vmi() -> dict[str, Any]:
-    return {
-        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-        "metadata": {"name": "vmi-storage", "namespace": "tenant", "uid": "0f6c2b9a-1d1e-4c55-9a3e-5d6a0c7e1f10"},
-        "spec": {
-            "domain": {
-                "firmware": {"uuid": "5d307ca9-b3ef-428c-8861-06e72d69f223"},
-                "memory": {"guest": "512Mi"},
-                "devices": {"autoattachPodInterface": False, "disks": [
-                    {"name": "containerdisk", "disk": {"bus": "virtio"}, "bootOrder": 1},
-                    {"name": "pvcdisk", "disk": {"bus": "virtio"}},
-                    {"name": "emptydisk", "disk": {"bus": "virtio"}},
-                    {"name": "cloudinitdisk", "disk": {"bus": "virtio"}},
-                ]},
-            },
-            "volumes": [
-                {"name": "containerdisk", "containerDisk": {"image": "quay.io/containerdisks/fedora:41"}},
-                {"name": "pvcdisk", "persistentVolumeClaim": {"claimName": "data"}},
-                {"name": "emptydisk", "emptyDisk": {"capacity": "3Gi"}},
-                {"name": "cloudinitdisk", "cloudInitNoCloud": {"userData": USER_DATA}},
-            ],
-        },
-        "status": {"volumeStatus": [{"name": "pvcdisk", "persistentVolumeClaimInfo": {
-            "volumeMode": "Filesystem", "capacity": {"storage": "2Gi"}, "requests": {"storage": "1Gi"}}}]},
-    }
+    return new_vmi(
+        "vmi-storage", with_namespace("tenant"), with_uid("0f6c2b9a-1d1e-4c55-9a3e-5d6a0c7e1f10"),
+        with_firmware_uuid("5d307ca9-b3ef-428c-8861-06e72d69f223"), with_memory("512Mi"),
+        with_devices(autoattachPodInterface=False),
+        with_container_disk("quay.io/containerdisks/fedora:41", bootOrder=1), with_pvc("pvcdisk", "data"),
+        with_empty_disk("emptydisk", "3Gi"), with_cloud_init(USER_DATA),
+        with_status(volumeStatus=[{"name": "pvcdisk", "persistentVolumeClaimInfo": {
+            "volumeMode": "Filesystem", "capacity": {"storage": "2Gi"}, "requests": {"storage": "1Gi"}}}]),
+    )
 
 
 @pytest.fixture
@@ -113,7 +111,8 @@ def test_prepared_disks_are_what_the_vmm_is_told_to_open(pod: LauncherEnv, tools
     subprocess.run([tools["qemu-img"], "check", "-q", overlay], check=True, timeout=60)
     guest_view = subprocess.run([tools["qemu-io"], "-r", "-c", "read -v 0 32", overlay], check=True,
                                 capture_output=True, text=True, timeout=30).stdout
-    assert "43 4f 4e 54 41 49 4e 45 52 2d 49 4d 41 47 45 2d" in guest_view  # "CONTAINER-IMAGE-", read through the overlay
+    # "CONTAINER-IMAGE-", read through the overlay
+    assert "43 4f 4e 54 41 49 4e 45 52 2d 49 4d 41 47 45 2d" in guest_view
 
     # PVC: disk.img created sparse at KubeVirt's size (the request, smaller than the capacity).
     image = pathlib.Path(disks["pvcdisk"].path or "")

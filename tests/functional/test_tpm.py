@@ -6,27 +6,27 @@ uid 107), whose CRB TPM initialises the TPM at boot as the simulation does."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.functional.harness import Harness, make_vmi
+from tests.builders import with_devices, with_status
+from tests.functional.harness import FIRMWARE_UUID, Harness, make_vmi
 from tests.functional.story_fixtures import BOTH_VMMS
+from tests.polling import until
 
 pytestmark = pytest.mark.skipif(shutil.which("swtpm") is None, reason="swtpm is not installed (Debian package "
                                 "swtpm; make test installs it as root)")
-UUID = "5d307ca9-b3ef-428c-8861-06e72d69f223"  # make_vmi's firmware uuid
+UUID = FIRMWARE_UUID
 
 
 def tpm_vmi(uid: str | None = None) -> dict:
-    vmi = make_vmi(uid=uid)
-    vmi["spec"]["domain"]["devices"]["tpm"] = {"persistent": True}
-    vmi["status"]["runtimeUser"] = 107  # non-root, KubeVirt's default
-    return vmi
+    return make_vmi(with_devices(tpm={"persistent": True}),
+                    with_status(runtimeUser=107),  # non-root, KubeVirt's default
+                    uid=uid)
 
 
 def state_dir(vh: Harness) -> Path:
@@ -83,7 +83,7 @@ def test_a_persistent_tpm_runs_swtpm_which_the_vmm_uses_and_its_state_survives_a
     again = second.run(boot_and_stop(second))
     # A TPM manufactured anew differs in its random seeds, in hundreds of bytes; the same TPM
     # loaded again at most in a few counters (the real VMM's TPM2_Startup: the reset count).
-    changed = sum(a != b for a, b in zip(state, again)) + abs(len(state) - len(again))
+    changed = sum(a != b for a, b in zip(state, again, strict=False)) + abs(len(state) - len(again))
     assert changed < 32, f"{changed} bytes of the TPM state changed: the restarted TPM is a new one"
 
 
@@ -100,9 +100,8 @@ def test_a_soft_reboot_keeps_swtpm_and_the_new_vmm_connects_to_it(new_harness):
         await vh.client.vmi_command("SoftRebootVirtualMachine", vh.vmi)
         # the guest shuts down, then a new VMM boots the VM, connects to the same swtpm and
         # initialises the TPM again
-        deadline = time.monotonic() + 20
-        while not permall(vh).is_file() and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        with contextlib.suppress(TimeoutError):
+            await until(lambda: permall(vh).is_file(), 20, 0.05)
         assert permall(vh).is_file(), f"no new VMM initialised the TPM\n{vh.log_text()[-2000:]}"
         assert vh.launcher.children() not in ([], [old])
         if vh.simulated:  # a real VMM's log (where its requests are counted) starts afresh

@@ -17,9 +17,10 @@ import resource
 import pytest
 
 from demo import FAKE_CH, CommandError
+from tests.builders import with_devices, with_memory, with_memory_request
 from tests.functional import kubevirt_runtime as vh
 from tests.functional.harness import Harness, make_vmi
-from tests.functional.pod_fixtures import real_vmm, vmm_info
+from tests.functional.pod_fixtures import real_vmm
 from tests.functional.pod_probes import api
 from tests.functional.test_process_model import GUEST, START_SOFT, UNLIMITED, soft_memlock, wait_for
 
@@ -29,11 +30,8 @@ ENV = {"PCI_RESOURCE_NVIDIA_COM_GP102GL_TESLA_P40": BDF}
 
 
 def gpu_vmi() -> dict:
-    vmi = make_vmi()
-    vmi["spec"]["domain"]["devices"]["gpus"] = [{"name": "gpu1", "deviceName": RESOURCE}]
-    vmi["spec"]["domain"]["memory"] = {"guest": str(GUEST)}
-    vmi["spec"]["domain"]["resources"]["requests"]["memory"] = str(GUEST)
-    return vmi
+    return make_vmi(with_devices(gpus=[{"name": "gpu1", "deviceName": RESOURCE}]),
+                    with_memory(str(GUEST)), with_memory_request(str(GUEST)))
 
 
 def host_tree(root, *, bound: bool = True) -> str:

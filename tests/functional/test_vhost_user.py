@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from tests.builders import with_interface, with_network
 from tests.functional.harness import Harness, make_vmi
 
 IFACE = {"name": "net1", "binding": {"name": "vhostuser"}, "macAddress": "ca:fe:ca:fe:42:42"}
@@ -21,8 +22,7 @@ NETWORK = {"name": "net1", "multus": {"networkName": "vhostuser-network"}}
 
 
 def vhost_vmi(**extra):
-    vmi = make_vmi(devices={"interfaces": [IFACE]}, networks=[NETWORK], **extra)
-    return vmi
+    return make_vmi(with_interface(IFACE), with_network(NETWORK), **extra)
 
 
 def network_info(path, mode="client"):

@@ -132,11 +132,11 @@ def test_a_disk_the_guest_ejects_before_the_detach_call_returns_can_be_added_aga
         await vh.boot()
         vmi = add_volume(vh.vmi_copy(), "data", phase="MountedToPod")
         mount_into_pod(vh, "data")
-        for round in range(2):
+        for n in range(2):
             since = len(vh.recorder.events)
             await vh.client.sync(vmi)
             await vh.recorder.wait_for(lambda e: "data" in disks_of(e.domain), since=since)
-            assert len(vh.requests("vm.add-disk")) == round + 1
+            assert len(vh.requests("vm.add-disk")) == n + 1
             remove_volume(vmi, "data")
             since = len(vh.recorder.events)
             await vh.client.sync(vmi)

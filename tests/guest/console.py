@@ -156,7 +156,8 @@ class GuestConsole:
         while True:
             try:
                 self.send(b"~h")
-                self.read_until(COMMANDS["hello"][1], timeout=min(HELLO_INTERVAL, max(deadline - time.monotonic(), 0.001)))
+                self.read_until(COMMANDS["hello"][1],
+                                timeout=min(HELLO_INTERVAL, max(deadline - time.monotonic(), 0.001)))
                 return
             except (GuestTimeout, OSError) as exc:
                 if time.monotonic() >= deadline:

@@ -22,8 +22,20 @@ from tests import real_vmm
 from tests.contract.harness import EventLog
 from tests.guest.build import guest_payload
 from tests.guest.console import (
-    COMMANDS, CPU_ADDED, CPU_EJECT, CPU_EJECT_IGNORED, FLOOD_LINE, FLOOD_STOPPED, PCI_ADDED, PCI_EJECT,
-    PCI_EJECT_IGNORED, POWER_BUTTON, POWER_BUTTON_IGNORED, READY, GuestConsole, GuestTimeout,
+    COMMANDS,
+    CPU_ADDED,
+    CPU_EJECT,
+    CPU_EJECT_IGNORED,
+    FLOOD_LINE,
+    FLOOD_STOPPED,
+    PCI_ADDED,
+    PCI_EJECT,
+    PCI_EJECT_IGNORED,
+    POWER_BUTTON,
+    POWER_BUTTON_IGNORED,
+    READY,
+    GuestConsole,
+    GuestTimeout,
 )
 
 pytestmark = pytest.mark.real_vmm
@@ -220,13 +232,13 @@ def test_the_command_line_entry_drives_the_guest_through_a_directory_of_consoles
     os.makedirs(link_dir, exist_ok=True)
     os.symlink(g.serial, os.path.join(link_dir, "virt-serial0"))
     done = subprocess.run([sys.executable, "-m", "tests.guest.console", private, "poweroff"],
-                          capture_output=True, text=True, timeout=60, cwd=str(real_vmm.REPO))
+                          capture_output=True, text=True, timeout=60, cwd=str(real_vmm.REPO), check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "KCH-GUEST-POWEROFF"
     assert g.vmm.wait(10.0) == 0
     done = subprocess.run([sys.executable, "-m", "tests.guest.console", "--timeout", "1",
                            os.path.join(link_dir, "virt-serial0"), "hello"],
-                          capture_output=True, text=True, timeout=60, cwd=str(real_vmm.REPO))
+                          capture_output=True, text=True, timeout=60, cwd=str(real_vmm.REPO), check=False)
     assert done.returncode == 1 and "cannot connect to the console" in done.stderr
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from tests.builders import new_vmi, with_annotations
+
 KEY = "kubevirt-ch.io/hypervisor"
 CH = {KEY: "cloud-hypervisor"}
 
@@ -19,8 +21,7 @@ def meta(annotations: dict | None = None, labels: dict | None = None, name: str 
 
 
 def vmi(annotations: dict | None = None) -> dict[str, Any]:
-    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": meta(annotations),
-            "spec": {"domain": {"devices": {}}}}
+    return new_vmi("x", with_annotations(annotations))
 
 
 def template(annotations: dict | None = None) -> dict[str, Any]:

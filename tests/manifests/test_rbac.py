@@ -58,7 +58,8 @@ def test_the_default_install_grants_exactly_what_the_server_needs(default_instal
         ("cluster", "kubevirt.io", "kubevirts", "get", "*"),
         # --self-signed: the CA bundle of its own two webhook configurations, by name
         ("cluster", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "get", "kubevirt-ch-validator"),
-        ("cluster", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch", "kubevirt-ch-validator"),
+        ("cluster", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch",
+         "kubevirt-ch-validator"),
         ("cluster", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get",
          "kubevirt-ch-launcher-mutator"),
         ("cluster", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "patch",

@@ -20,7 +20,7 @@ def section(title: str) -> str:
 
 
 def test_the_usage_example_selects_cloud_hypervisor_and_is_accepted(webhooks):
-    (block,) = re.findall(r"```yaml\n(.*?)```", section("Use"), re.S)
+    (block,) = re.findall(r"```yaml\n(.*?)```", section("Use"), re.DOTALL)
     vm = yaml.safe_load(block)
     hooks = one(webhooks, "ValidatingWebhookConfiguration", "kubevirt-ch-validator")["webhooks"]
     (hook,) = [h for h in hooks if h["name"].startswith("virtualmachines.")]

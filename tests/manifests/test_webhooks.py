@@ -13,6 +13,7 @@ import pytest
 
 from admission import cli as admission_cli
 from admission.selection import target
+from tests.builders import apply, with_labels, with_status
 from tests.manifests import samples
 from tests.manifests.cel import old_object_outside_update, unguarded_accesses, webhook_matches
 from tests.manifests.render import one
@@ -213,11 +214,13 @@ def test_a_spec_change_of_a_ch_vmi_reaches_the_server_and_metadata_changes_do_no
     go through while the server is down (finalizer removal above all)."""
     hook = hook_for(webhooks, "VirtualMachineInstance")
     ch = samples.vmi(samples.CH)
-    assert webhook_matches(hook, "VirtualMachineInstance", changed(ch, "spec", "domain", "devices", value={"disks": []}),
+    assert webhook_matches(hook, "VirtualMachineInstance",
+                           changed(ch, "spec", "domain", "devices", value={"disks": []}),
                            old=ch, operation="UPDATE")
     for new in (ch, changed(ch, "metadata", "labels", value={"kubevirt.io/outdatedLauncherImage": ""}),
                 changed(ch, "metadata", "finalizers", value=["kubevirt.io/virtualMachineControllerFinalize"]),
-                changed(ch, "metadata", "annotations", value={**samples.CH, "kubevirt.io/latest-observed-api-version": "v1"})):
+                changed(ch, "metadata", "annotations",
+                        value={**samples.CH, "kubevirt.io/latest-observed-api-version": "v1"})):
         assert not webhook_matches(hook, "VirtualMachineInstance", new, old=ch, operation="UPDATE")
         assert not webhook_matches(hook, "VirtualMachineInstance", ch, old=new, operation="UPDATE")
 
@@ -274,11 +277,11 @@ def test_the_webhooks_send_exactly_what_the_server_treats_as_selected(webhooks, 
 CONTROLLER = "system:serviceaccount:kubevirt:kubevirt-controller"
 
 
-def reported_vmi(annotations=samples.CH, phase="Running", labelled=True, image="ghcr.io/kubevirt-ch/ch-launcher:v0.1.0"):
-    vmi = samples.vmi(annotations)
-    vmi["metadata"]["labels"] = {"kubevirt.io/outdatedLauncherImage": ""} if labelled else {"app": "web"}
-    vmi["status"] = {"phase": phase, "launcherContainerImageVersion": image}
-    return vmi
+def reported_vmi(annotations=samples.CH, phase="Running", labelled=True,
+                 image="ghcr.io/kubevirt-ch/ch-launcher:v0.1.0"):
+    return apply(samples.vmi(annotations),
+                 with_labels({"kubevirt.io/outdatedLauncherImage": ""} if labelled else {"app": "web"}),
+                 with_status(phase=phase, launcherContainerImageVersion=image))
 
 
 def test_the_launcher_status_webhook_fails_open_and_never_holds_virt_controller_up(webhooks):
@@ -288,7 +291,8 @@ def test_the_launcher_status_webhook_fails_open_and_never_holds_virt_controller_
     assert hook["failurePolicy"] == "Ignore"
     assert hook["sideEffects"] == "None" and hook["timeoutSeconds"] <= 3
     assert hook["reinvocationPolicy"] == "IfNeeded"  # the server's patch is idempotent
-    assert hook["rules"] == [{"apiGroups": ["kubevirt.io"], "apiVersions": ["v1"], "resources": ["virtualmachineinstances"],
+    assert hook["rules"] == [{"apiGroups": ["kubevirt.io"], "apiVersions": ["v1"],
+                              "resources": ["virtualmachineinstances"],
                               "operations": ["UPDATE"], "scope": "Namespaced"}]
     assert [c["name"] for c in hook["matchConditions"]] == [
         "written-by-virt-controller", "selects-cloud-hypervisor", "labelled-outdated-while-scheduled-or-running"]
@@ -319,7 +323,8 @@ def test_a_vmi_without_labels_or_status_does_not_reach_the_server(webhooks):
 
 
 @pytest.mark.parametrize("obj, user", [
-    (reported_vmi(), CONTROLLER), (reported_vmi(phase="Scheduled"), CONTROLLER), (reported_vmi(phase="Scheduling"), CONTROLLER),
+    (reported_vmi(), CONTROLLER), (reported_vmi(phase="Scheduled"), CONTROLLER),
+    (reported_vmi(phase="Scheduling"), CONTROLLER),
     (reported_vmi(), "system:serviceaccount:kubevirt:kubevirt-handler"), (reported_vmi(annotations=None), CONTROLLER),
 ])
 def test_every_write_the_server_would_make_current_reaches_it(webhooks, obj, user):
@@ -333,7 +338,8 @@ def test_every_write_the_server_would_make_current_reaches_it(webhooks, obj, use
     from tests.unit.admission import builders
     review = builders.review(obj, operation="UPDATE", old=obj)
     review["request"]["userInfo"]["username"] = user
-    verdict = decide(parse_review(review), load_config(), LauncherImage("quay.io/kubevirt/virt-launcher:v1.9.0")).verdict
+    verdict = decide(parse_review(review), load_config(),
+                     LauncherImage("quay.io/kubevirt/virt-launcher:v1.9.0")).verdict
     hook = status_webhook(webhooks)
     if verdict == "current":
         assert webhook_matches(hook, "VirtualMachineInstance", obj, old=obj, operation="UPDATE", user=user)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ch_launcher.cli import Settings, parse_args, parse_duration
+from tests.polling import until
 
 
 def test_defaults_are_virt_launchers():
@@ -45,7 +46,8 @@ def test_the_command_line_virt_controller_renders_is_accepted():
             "--hypervisor", "kvm", "--run-as-nonroot", "--image-volume", "--vm-stats-collector=false",
             "--allow-emulation", "--libvirt-log-filters", "1:qemu", "--keep-after-failure"]
     s = parse_args(argv, environ={})
-    assert (s.qemu_timeout, s.name, s.uid, s.namespace, s.grace_period_seconds) == (287.0, "testvmi", "1234", "default", 45)
+    assert (s.qemu_timeout, s.name, s.uid, s.namespace, s.grace_period_seconds) \
+        == (287.0, "testvmi", "1234", "default", 45)
     assert s.accepted["run-as-nonroot"] is True and s.accepted["vm-stats-collector"] is False
     assert s.ignored == []
 
@@ -179,14 +181,12 @@ def test_after_sigterm_the_launcher_waits_for_the_vm_without_spinning():
     async def story():
         stop, early = asyncio.Event(), asyncio.Event()
         task = asyncio.ensure_future(supervise(manager, Settings(grace_period_seconds=1), stop, early))
-        await asyncio.sleep(0.05)
+        await until(lambda: manager.waits, 10, 0)  # until it watches the VM
         stop.set()  # SIGTERM
         await asyncio.sleep(0.5)  # inside the grace period: nothing to do but wait
         assert manager.marked == 1 and manager.commands == []
         assert manager.waits <= 3, f"the supervisor looped {manager.waits} times while waiting"
-        async with asyncio.timeout(10):  # the grace period expires: the launcher kills the VM itself
-            while not manager.commands:
-                await asyncio.sleep(0.05)
+        await until(lambda: manager.commands, 10, 0.05)  # the grace period expires: the launcher kills the VM itself
         assert manager.commands == [Intent.KILL]
         manager.forgotten.set()  # virt-handler's Delete
         manager.changed.set()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 
 import pytest
@@ -14,8 +15,7 @@ from ch_launcher.convert.context import LauncherEnv
 from ch_launcher.convert.plan import DhcpOptions, DhcpSpec, Plan
 from ch_launcher.dhcp import DhcpError, answer, start_dhcp
 from ch_launcher.dhcp import packet as p
-from ch_launcher.dhcp.lease import (LEASE_SECONDS, LeaseError, Resolver, build_lease, parse_resolv_conf,
-                                    parse_vif_cache)
+from ch_launcher.dhcp.lease import LEASE_SECONDS, LeaseError, Resolver, build_lease, parse_resolv_conf, parse_vif_cache
 
 MAC = "52:54:00:12:34:56"
 MASQ = DhcpSpec(field="spec.domain.devices.interfaces[0]", interface="default", binding="masquerade",
@@ -49,19 +49,15 @@ def test_options_longer_than_255_bytes_are_split_and_joined_again():
 
 @given(st.binary(max_size=600))
 def test_decoding_arbitrary_bytes_raises_only_packet_error(data):
-    try:
+    with contextlib.suppress(p.PacketError):
         p.decode(data)
-    except p.PacketError:
-        pass
 
 
 @given(st.binary(max_size=300))
 def test_decoding_garbage_after_a_valid_header_raises_only_packet_error(tail):
     header = p.encode(p.Packet(op=p.BOOTREQUEST, xid=1, chaddr=bytes(6)))[:240]
-    try:
+    with contextlib.suppress(p.PacketError):
         p.decode(header + tail)
-    except p.PacketError:
-        pass
 
 
 def test_classless_routes_put_the_default_route_last():
@@ -125,7 +121,8 @@ def test_kubelets_search_dot_is_no_search_domain_and_no_warning(caplog):
 
 
 def test_vmi_dhcp_options_are_offered():
-    spec = DhcpSpec(**{**MASQ.__dict__, "options": DhcpOptions("boot.efi", "tftp.example", ("10.0.0.5",), ((250, "v"),))})
+    spec = DhcpSpec(**{**MASQ.__dict__,
+                       "options": DhcpOptions("boot.efi", "tftp.example", ("10.0.0.5",), ((250, "v"),))})
     o = build_lease(spec, "10.0.2.1", RESOLVER, "vm", None).options
     assert (o[p.BOOT_FILE_NAME], o[p.TFTP_SERVER_NAME], o[p.NTP_SERVERS], o[250]) == (
         b"boot.efi", b"tftp.example", bytes([10, 0, 0, 5]), b"v")
@@ -171,7 +168,8 @@ def test_discover_is_offered_and_request_acknowledged():
     offer = answer(LEASE, request(p.DISCOVER, options={p.PARAMETER_LIST: bytes([p.INTERFACE_MTU, p.ROUTER])}))
     assert offer.message_type == p.OFFER and offer.yiaddr == "10.0.2.2" and offer.xid == 0x1234
     assert list(offer.options)[:5] == [p.MESSAGE_TYPE, p.SERVER_ID, p.LEASE_TIME, p.INTERFACE_MTU, p.ROUTER]
-    ack = answer(LEASE, request(p.REQUEST, options={p.REQUESTED_IP: bytes([10, 0, 2, 2]), p.SERVER_ID: bytes([10, 0, 2, 1])}))
+    ack = answer(LEASE,
+                 request(p.REQUEST, options={p.REQUESTED_IP: bytes([10, 0, 2, 2]), p.SERVER_ID: bytes([10, 0, 2, 1])}))
     assert ack.message_type == p.ACK and ack.yiaddr == "10.0.2.2"
 
 
@@ -213,7 +211,7 @@ def test_a_missing_bridge_names_the_interface_field(tmp_path):
 
 
 def test_a_missing_resolv_conf_is_named(tmp_path):
-    with pytest.raises(DhcpError, match="resolv.conf"):
+    with pytest.raises(DhcpError, match=r"resolv\.conf"):
         start_dhcp(plan(MASQ), LauncherEnv(private_dir=str(tmp_path)), resolv_conf=str(tmp_path / "resolv.conf"))
 
 
@@ -223,7 +221,7 @@ def test_a_bridge_binding_without_virt_handlers_cache_names_the_file(tmp_path):
                     pod_interface="eth0", bridge="lo", mac=MAC, server_ip="169.254.75.10")
     resolv = tmp_path / "resolv.conf"
     resolv.write_text("nameserver 10.96.0.10\n")
-    with pytest.raises(DhcpError, match="vif-cache-eth0.json"):
+    with pytest.raises(DhcpError, match=r"vif-cache-eth0\.json"):
         start_dhcp(plan(spec), LauncherEnv(private_dir=str(tmp_path)), resolv_conf=str(resolv))
 
 

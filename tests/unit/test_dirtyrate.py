@@ -13,7 +13,13 @@ import sys
 import pytest
 
 from ch_launcher.dirtyrate import (
-    PAGE_SIZE, DirtyRateError, RamRegion, Sample, guest_ram, megabytes_per_second, parse_smaps,
+    PAGE_SIZE,
+    DirtyRateError,
+    RamRegion,
+    Sample,
+    guest_ram,
+    megabytes_per_second,
+    parse_smaps,
 )
 from ch_launcher.manager import CommandFailed
 from ch_launcher.manager.dirty import DirtyRateMeter
@@ -41,7 +47,7 @@ VmFlags: rd wr sh mr mw me ms dd
 7fb235ae0000-7fb235ae4000 r--p 00000000 00:00 0                          [vvar]
 Size:                 16 kB
 VmFlags: rd mr pf io de dd
-"""
+"""  # noqa: W291 - the kernel ends an anonymous mapping's line with a space
 
 # A process that maps guest RAM as the simulated VMM does (tests/fakes/fakech_ram.py) and, on each
 # line read, writes to every page, every other page, or none, then answers "done".
@@ -91,7 +97,8 @@ def guest():
 
 
 def test_the_guest_ram_is_the_writable_dontdump_anonymous_or_ch_ram_mappings():
-    assert parse_smaps(SMAPS) == [RamRegion(0x7FB21C000000, 64 << 20), RamRegion(0x7FEC78000000, 256 << 20)]
+    assert parse_smaps(SMAPS) == [RamRegion(0x7FB21C000000, 64 << 20),
+                                  RamRegion(0x7FEC78000000, 256 << 20, shared=True)]
 
 
 def test_guest_ram_is_found_in_a_process_that_maps_it_as_cloud_hypervisor_does(guest):
@@ -143,6 +150,27 @@ def test_the_pages_a_guest_writes_are_counted(guest):
     g.write("half")
     # every other page changed: the share of sampled pages that changed is about one half
     assert 0.4 < sample.changed() / len(sample.addresses) < 0.6
+
+
+def page_tables(pid: int) -> int:
+    """VmPTE of process `pid`, in bytes: the page tables the kernel holds for it."""
+    status = pathlib.Path(f"/proc/{pid}/status").read_text()
+    (line,) = [line for line in status.splitlines() if line.startswith("VmPTE:")]
+    return int(line.split()[1]) << 10
+
+
+def test_sampling_ram_the_guest_never_touched_gives_the_vmm_no_page_tables(guest):
+    """Reading an untouched page would map the zero page and a page table for it into the VMM,
+    4 KiB per 2 MiB sampled, charged to the pod's memory for as long as the VMM runs (on the real
+    node, 8 MiB for the hot-pluggable RAM of a VM with maxGuest 4Gi): such pages are known from
+    /proc/PID/pagemap and hashed as the zeros they read as."""
+    g = guest(1 << 30)
+    regions = guest_ram(g.proc.pid)
+    before = page_tables(g.proc.pid)
+    for _ in range(3):
+        sample = Sample(g.proc.pid, regions)
+        assert sample.changed() == 0
+    assert page_tables(g.proc.pid) - before < 64 << 10, (before, page_tables(g.proc.pid))
 
 
 def test_the_rate_is_qemus_sampled_share_of_the_ram_per_second():
@@ -199,6 +227,6 @@ def test_the_meter_refuses_when_no_vm_runs_and_says_why():
     meter = DirtyRateMeter(lambda: None)
     with pytest.raises(CommandFailed, match="the VM is not running"):
         asyncio.run(meter.measure())
-    meter = DirtyRateMeter(lambda: os.getpid())
+    meter = DirtyRateMeter(os.getpid)
     with pytest.raises(CommandFailed, match="maps no guest RAM"):
         asyncio.run(meter.measure())

@@ -49,11 +49,11 @@ def golden(name: str) -> dict[str, Any]:
 
 
 def example_view(status: LifeCycle, reason: Reason, **changes: Any) -> DomainView:
-    base: dict[str, Any] = dict(
-        name=NAME, namespace=NAMESPACE, uid=UID, status=status, reason=reason,
-        grace=GracePeriod(30), memory_bytes=8388608, disks=(DISK,), interfaces=(NIC,),
-        uuid=UUID, machine="q35", arch="x86_64", cpu_mode="host-model",
-    )
+    base: dict[str, Any] = {
+        "name": NAME, "namespace": NAMESPACE, "uid": UID, "status": status, "reason": reason,
+        "grace": GracePeriod(30), "memory_bytes": 8388608, "disks": (DISK,), "interfaces": (NIC,),
+        "uuid": UUID, "machine": "q35", "arch": "x86_64", "cpu_mode": "host-model",
+    }
     base.update(changes)
     return DomainView(**base)
 
@@ -79,7 +79,7 @@ def key_mismatches(ours: Any, theirs: Any, path: str = "") -> list[str]:
         for k in set(ours) & set(theirs):
             out += key_mismatches(ours[k], theirs[k], f"{path}.{k}")
     elif isinstance(ours, list) and isinstance(theirs, list):
-        for n, (a, b) in enumerate(zip(ours, theirs)):
+        for n, (a, b) in enumerate(zip(ours, theirs, strict=False)):
             out += key_mismatches(a, b, f"{path}[{n}]")
     return out
 
@@ -142,7 +142,7 @@ def test_enums_hold_kubevirts_exact_strings() -> None:
 
 def test_interface_without_mac_is_refused_before_it_reaches_virt_handler() -> None:
     view = example_view(LifeCycle.RUNNING, Reason.UNKNOWN, interfaces=(DomainInterface("default", ""),))
-    with pytest.raises(ValueError, match="interface 0 .*MAC"):
+    with pytest.raises(ValueError, match=r"interface 0 .*MAC"):
         domain_json(view)
 
 
@@ -155,7 +155,7 @@ def test_interface_without_alias_is_refused() -> None:
 
 def test_disk_with_a_source_but_no_alias_is_refused() -> None:
     view = example_view(LifeCycle.RUNNING, Reason.UNKNOWN, disks=(DomainDisk("", "vdb", source_dev="/dev/x"),))
-    with pytest.raises(ValueError, match="disk 0 \\(vdb\\).*alias"):
+    with pytest.raises(ValueError, match=r"disk 0 \(vdb\).*alias"):
         domain_json(view)
 
 
@@ -184,8 +184,8 @@ def test_acpi_feature_is_present_only_when_the_guest_has_acpi() -> None:
 
 def test_grace_deletion_timestamp_is_rfc3339_utc_seconds() -> None:
     when = datetime(2026, 8, 22, 12, 0, 1, 999999, tzinfo=timezone(timedelta(hours=2)))
-    g = domain_dict(example_view(LifeCycle.RUNNING, Reason.UNKNOWN,
-                                 grace=GracePeriod(45, rfc3339(when), True)))["Spec"]["Metadata"]["KubeVirt"]["GracePeriod"]
+    view = example_view(LifeCycle.RUNNING, Reason.UNKNOWN, grace=GracePeriod(45, rfc3339(when), True))
+    g = domain_dict(view)["Spec"]["Metadata"]["KubeVirt"]["GracePeriod"]
     assert g == {"DeletionGracePeriodSeconds": 45, "DeletionTimestamp": "2026-08-22T10:00:01Z",
                  "MarkedForGracefulShutdown": True}
 
@@ -304,7 +304,7 @@ def go_decode(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
     elif "types" in schema:
         ok = {int: (int,), str: (str,), bool: (bool,), float: (int, float)}
         allowed = tuple(t for typ in schema["types"] for t in ok[typ])
-        if isinstance(value, bool) and bool not in schema["types"] or not isinstance(value, allowed):
+        if (isinstance(value, bool) and bool not in schema["types"]) or not isinstance(value, allowed):
             problems.append(f"{path}: {type(value).__name__} where Go has {schema['types']}")
         elif isinstance(value, int) and not isinstance(value, bool) and value < 0:
             problems.append(f"{path}: negative value for an unsigned/size field")
@@ -396,7 +396,8 @@ def test_vfio_devices_are_host_devices_as_virt_launcher_writes_them() -> None:
         DomainHostDevice(alias="gpu-vgpu", mdev_uuid="4b20d080-1b54-4048-85b3-a6a62d165c01")))
     pci, mdev = domain_dict(view)["Spec"]["Devices"]["HostDevices"]
     # hostdev.go createPCIHostDevice / createMDEVHostDevice; device.NewPciAddressField
-    assert (pci["Type"], pci["Managed"], pci["Alias"]) == ("pci", "no", {"Name": "sriov-sriov-net", "UserDefined": True})
+    assert (pci["Type"], pci["Managed"], pci["Alias"]) == ("pci", "no",
+                                                           {"Name": "sriov-sriov-net", "UserDefined": True})
     assert {k: v for k, v in pci["Source"]["Address"].items() if v} == {
         "Type": "pci", "Domain": "0x0000", "Bus": "0x3b", "Slot": "0x02", "Function": "0x1"}
     assert (mdev["Type"], mdev["Mode"], mdev["Model"]) == ("mdev", "subsystem", "vfio-pci")

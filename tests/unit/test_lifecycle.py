@@ -6,8 +6,18 @@ import pytest
 
 from ch_launcher.kubevirt.domain import LifeCycle, Reason
 from ch_launcher.lifecycle import (
-    DOMAIN_NOT_FOUND, NO_ACPI, NOT_RUNNING, START, TABLE, Intent, Step, VmState, decide, domain_status,
-    down_reason, state_after_event,
+    DOMAIN_NOT_FOUND,
+    NO_ACPI,
+    NOT_RUNNING,
+    START,
+    TABLE,
+    Intent,
+    Step,
+    VmState,
+    decide,
+    domain_status,
+    down_reason,
+    state_after_event,
 )
 
 

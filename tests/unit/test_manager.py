@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from demo import FAKE_CH, LauncherLayout, container_disk_images, fake_firmware
 from ch_launcher.kubevirt.vmi import parse_vmi
 from ch_launcher.lifecycle import Intent, VmState
 from ch_launcher.manager import CommandFailed, DomainManager, ManagerSettings, read_pod_facts
+from demo import FAKE_CH, LauncherLayout, container_disk_images, fake_firmware
 from tests.functional.harness import make_vmi
+from tests.polling import until
 
 
 class RecordingSink:
@@ -56,7 +57,8 @@ def _manager(layout, vmi, **overrides):
 
 def test_a_boot_longer_than_the_budget_answers_and_its_failure_comes_with_the_next_sync(layout):
     raw = make_vmi()
-    manager, sink = _manager(layout, raw, boot_timeout=1.5, stop_timeout=0.5, vmm_env={"FAKE_CH_HANG_ENDPOINT": "vm.boot"})
+    manager, sink = _manager(layout, raw, boot_timeout=1.5, stop_timeout=0.5,
+                             vmm_env={"FAKE_CH_HANG_ENDPOINT": "vm.boot"})
     vmi = parse_vmi(raw)
 
     async def story():
@@ -96,9 +98,7 @@ def test_a_sync_whose_caller_hung_up_keeps_its_failure_for_the_next_sync(layout)
         await manager.start()
         try:
             rpc = asyncio.ensure_future(manager.execute(Intent.SYNC, vmi, budget=15))
-            async with asyncio.timeout(10):
-                while not _requests(layout, "vm.boot"):  # the simulated VMM's own record
-                    await asyncio.sleep(0.02)
+            await until(lambda: _requests(layout, "vm.boot"), 10, 0.02)  # the simulated VMM's own record
             rpc.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await rpc
@@ -154,7 +154,7 @@ def test_close_leaves_no_vmm_behind(layout):
 def test_a_vmi_without_identity_takes_the_launchers_flags(layout):
     raw = make_vmi()
     raw["metadata"] = {"name": "", "namespace": ""}
-    manager, sink = _manager(layout, make_vmi(), name="fromflags", namespace="ns1", uid="uid-1")
+    manager, _sink = _manager(layout, make_vmi(), name="fromflags", namespace="ns1", uid="uid-1")
 
     async def story():
         await manager.start()
@@ -203,7 +203,7 @@ def test_releasing_memory_advises_every_file_mapping_and_nothing_else(tmp_path):
     from ch_launcher.manager.pod import release_memory
 
     maps = tmp_path / "maps"
-    own = open("/proc/self/maps").read().splitlines()
+    own = Path("/proc/self/maps").read_text().splitlines()
     files = [line for line in own if line.split(maxsplit=5)[5:] and line.split(maxsplit=5)[5].startswith("/")
              and not line.split(maxsplit=5)[5].startswith("/dev/")]
     anonymous = [line for line in own if len(line.split()) < 6 or line.split()[5].startswith("[")]
@@ -245,9 +245,7 @@ def test_memory_is_released_only_once_virt_handler_has_heard_of_the_boot(layout,
         await manager.start()
         try:
             await manager.execute(Intent.SYNC, parse_vmi(raw), budget=15)
-            async with asyncio.timeout(10):
-                while "memory released" not in happened:
-                    await asyncio.sleep(0.01)
+            await until(lambda: "memory released" in happened, 10)
             assert happened == ["ADDED Running", "memory released"]
         finally:
             await manager.close()
@@ -276,8 +274,8 @@ def test_a_vmm_that_does_not_answer_vm_create_is_replaced_by_the_next_sync(layou
         try:
             assert await manager.wait_until(lambda: manager.vmm_pid is not None, 10)
             first = manager.vmm_pid
-            with pytest.raises(CommandFailed, match="cloud-hypervisor did not take the VM configuration: "
-                                                    "vm.create failed: no answer from the VMM within 0.5 s"):
+            with pytest.raises(CommandFailed, match=r"cloud-hypervisor did not take the VM configuration: "
+                                                    r"vm\.create failed: no answer from the VMM within 0\.5 s"):
                 await manager.execute(Intent.SYNC, vmi, budget=15)
             assert manager.vmm_pid is None and manager.state is VmState.UNDEFINED
             with pytest.raises(CommandFailed, match="did not take the VM configuration"):

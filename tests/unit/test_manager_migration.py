@@ -21,6 +21,7 @@ from ch_launcher.lifecycle import Intent, VmState
 from ch_launcher.manager import DomainManager
 from ch_launcher.manager.settings import CommandFailed
 from demo import LauncherLayout
+from tests.builders import with_devices
 from tests.functional.migration_handler import DEFAULT_OPTIONS, migratable_vmi, migrating
 from tests.unit.test_manager import _manager
 
@@ -36,9 +37,7 @@ def layouts():
 def _vmi():
     """A migratable VMI without a serial console: both VMMs share one filesystem here, where the
     target's would have to bind the console socket the source's still holds."""
-    raw = migratable_vmi()
-    raw["spec"]["domain"]["devices"]["autoattachSerialConsole"] = False
-    return raw
+    return migratable_vmi(with_devices(autoattachSerialConsole=False))
 
 
 def _pair(layouts, raw):

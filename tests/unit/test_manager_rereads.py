@@ -16,7 +16,10 @@ from ch_launcher.kubevirt.vmi import parse_vmi
 from ch_launcher.lifecycle import Intent, VmState
 from ch_launcher.manager import CommandFailed
 from tests.functional.harness import make_vmi
-from tests.unit.test_manager import _manager, layout  # noqa: F401 - the fixture
+from tests.unit import test_manager
+from tests.unit.test_manager import _manager
+
+layout = test_manager.layout  # test_manager's fixture, for the tests' `layout` argument
 
 
 def _statuses(sink):
@@ -69,7 +72,7 @@ def test_a_pause_that_cannot_be_confirmed_fails_but_stays_the_users_if_it_happen
 
     async def story():
         await manager.execute(Intent.SYNC, vmi, budget=15)
-        with pytest.raises(CommandFailed, match="pause failed: .*no answer from the VMM"):
+        with pytest.raises(CommandFailed, match=r"pause failed: .*no answer from the VMM"):
             await manager.execute(Intent.PAUSE, vmi)
         assert manager.state is VmState.RUNNING  # not known to be paused
         client = CloudHypervisorClient(manager.settings.vmm_paths[0])
@@ -188,4 +191,24 @@ def test_the_late_event_of_a_start_paused_boots_pause_does_not_pause_the_vm_agai
         assert manager.state is VmState.RUNNING
 
     caplog.set_level("INFO", logger="ch_launcher.manager.supervision")
+    _run(manager, story)
+
+
+def test_a_soft_reboot_whose_vm_shutdown_event_was_lost_still_boots_the_guest_again(layout):
+    # The real VMM writes events from a thread of its own and may exit before that thread has
+    # written `vm:shutdown` (seen under load: the guest powered off and the VM stayed down). Its
+    # exit code 0 says the guest shut down cleanly, so the soft reboot goes on.
+    raw = make_vmi()
+    manager, sink = _manager(layout, raw, vmm_env={
+        "FAKE_CH_ACPI_DELAY": "0", "FAKE_CH_DROP_EVENTS": "vm:shutdown",
+        "FAKE_CH_REQUEST_LOG": str(layout.root / "requests.jsonl")})
+    vmi = parse_vmi(raw)
+
+    async def story():
+        await manager.execute(Intent.SYNC, vmi, budget=15)
+        await manager.execute(Intent.SOFT_REBOOT, vmi)
+        assert await manager.wait_until(lambda: len(_requests(layout, "vm.boot")) == 2, 15)
+        assert await manager.wait_until(lambda: manager.state is VmState.RUNNING, 15)
+        assert ("Shutoff", "Shutdown") not in _statuses(sink)
+
     _run(manager, story)

@@ -12,6 +12,7 @@ from ch_launcher.kubevirt.domain import DomainInterface
 from ch_launcher.kubevirt.vmi import parse_vmi
 from ch_launcher.manager import nics
 from ch_launcher.manager.settings import CommandFailed
+from tests.builders import new_vmi, with_interface, with_masquerade, with_namespace, with_network, with_status, with_uid
 
 BLUE_TAP = podnet.tap_name(podnet.hashed_pod_interface("blue"), parse_vmi(
     {"metadata": {"name": "x"}, "spec": {"networks": [{"name": "blue", "multus": {"networkName": "b"}}]}}
@@ -19,13 +20,10 @@ BLUE_TAP = podnet.tap_name(podnet.hashed_pod_interface("blue"), parse_vmi(
 
 
 def vmi(*interfaces: dict, status: list[dict] | None = None):
-    nets = [{"name": "default", "pod": {}}] + [{"name": i["name"], "multus": {"networkName": i["name"] + "-net"}}
-                                               for i in interfaces]
-    return parse_vmi({"metadata": {"name": "x", "namespace": "d", "uid": "u"},
-                      "spec": {"domain": {"devices": {"interfaces": [{"name": "default", "masquerade": {}},
-                                                                     *interfaces]}},
-                               "networks": nets},
-                      "status": {"interfaces": status or []}})
+    secondary = [option for i in interfaces for option in (
+        with_interface(i), with_network({"name": i["name"], "multus": {"networkName": i["name"] + "-net"}}))]
+    return parse_vmi(new_vmi("x", with_namespace("d"), with_uid("u"), with_masquerade(), *secondary,
+                             with_status(interfaces=status or [])))
 
 
 def plan(*names_taps: tuple[str, str]) -> Plan:

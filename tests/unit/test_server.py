@@ -8,9 +8,7 @@ import pytest
 
 from ch_launcher._proto import kubevirt_cmd_v1_pb2 as pb
 from ch_launcher.manager import CommandFailed
-from ch_launcher.server import (
-    COMMANDS, INVALID_VMI, NOT_SERVED, CmdServicer, budget, decode_vmi, launcher_options,
-)
+from ch_launcher.server import COMMANDS, INVALID_VMI, NOT_SERVED, CmdServicer, budget, decode_vmi, launcher_options
 
 
 class _Context:
@@ -84,12 +82,12 @@ def test_a_vmi_with_unknown_fields_decodes():
 
 
 @pytest.mark.parametrize(("state", "expected"), [
-    ("running", "LibvirtError(Code=86, Domain=10, Message='Guest agent is not responding: QEMU guest agent is "
-                "not connected')"),
+    ("running", ("LibvirtError(Code=86, Domain=10, Message='Guest agent is not responding: QEMU guest agent is "
+                 "not connected')")),
     ("paused", "LibvirtError(Code=55, Domain=10, Message='Requested operation is not valid: domain is not running')"),
     ("down", "LibvirtError(Code=55, Domain=20, Message='Requested operation is not valid: domain is not running')"),
-    ("undefined", "LibvirtError(Code=42, Domain=10, Message='Domain not found: no domain with matching name "
-                  "'default_testvmi'')"),
+    ("undefined", ("LibvirtError(Code=42, Domain=10, Message='Domain not found: no domain with matching name "
+                   "'default_testvmi'')")),
 ])
 def test_freeze_and_unfreeze_answer_as_virt_launcher_does_without_a_connected_agent(state, expected):
     from ch_launcher.lifecycle import VmState

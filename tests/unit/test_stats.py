@@ -54,9 +54,9 @@ def make_proc(root: pathlib.Path, *, vcpus: int = 2, schedstat: bool = True, sch
 
 
 def stats(root: pathlib.Path | str, **changes: Any) -> dict[str, Any]:
-    args: dict[str, Any] = dict(name="mynamespace_testvmi", uuid="5b4c5a9e-1f0c-5d7e-9b1a-2f5e3c1d0a11",
-                                counters=COUNTERS, vmm_pid=PID, disks=[DISK], interfaces=[NIC], vcpus=2,
-                                memory_bytes=8 << 30, proc_root=str(root), host_cpus=4)
+    args: dict[str, Any] = {"name": "mynamespace_testvmi", "uuid": "5b4c5a9e-1f0c-5d7e-9b1a-2f5e3c1d0a11",
+                                "counters": COUNTERS, "vmm_pid": PID, "disks": [DISK], "interfaces": [NIC], "vcpus": 2,
+                                "memory_bytes": 8 << 30, "proc_root": str(root), "host_cpus": 4}
     args.update(changes)
     return domain_stats(**args)
 

@@ -36,7 +36,8 @@ def test_a_malformed_vmi_names_every_bad_field_path():
     assert paths == ["spec.domain.cpu.cores", "spec.domain.devices.disks[1].name"]
 
 
-@pytest.mark.parametrize("payload,words", [(b"{", "not valid JSON"), (b"[1]", "JSON object"), (b"\xff", "not valid JSON"),
+@pytest.mark.parametrize("payload,words",
+                         [(b"{", "not valid JSON"), (b"[1]", "JSON object"), (b"\xff", "not valid JSON"),
                                            (b"[" * 100_000, "nested too deeply")])
 def test_payloads_that_are_not_objects_are_invalid_vmi(payload, words):
     with pytest.raises(InvalidVMI, match=words):

@@ -7,38 +7,39 @@ import itertools
 from typing import Any
 
 from admission.selection import ANNOTATION, VALUE
+from tests import builders
+from tests.builders import (
+    Option,
+    apply,
+    new_vmi,
+    with_annotations,
+    with_cdrom,
+    with_container_disk,
+    with_memory_request,
+    with_spec,
+)
 
 _uids = itertools.count(1)
 
 CH = {ANNOTATION: VALUE}
 
 
-def vmi(name: str = "testvmi", annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
-    """A minimal VMI Cloud Hypervisor runs (a containerDisk, 1 vCPU, 128Mi); `spec` keys replace its parts."""
-    body = {
-        "domain": {
-            "devices": {"disks": [{"name": "containerdisk", "disk": {"bus": "virtio"}}]},
-            "resources": {"requests": {"memory": "128Mi"}},
-        },
-        "volumes": [{"name": "containerdisk", "containerDisk": {"image": "example.org/cirros:latest"}}],
-    }
-    body.update(spec)
-    meta: dict[str, Any] = {"name": name, "namespace": "default"}
-    if annotations is not None:
-        meta["annotations"] = dict(annotations)
-    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": meta, "spec": body}
+def vmi(*options: Option, name: str = "testvmi", annotations: dict[str, str] | None = None,
+        **spec: Any) -> dict[str, Any]:
+    """A minimal VMI Cloud Hypervisor runs (a containerDisk, 1 vCPU, 128Mi); `spec` keys replace its
+    parts, then `options` apply."""
+    return new_vmi(name, with_container_disk("example.org/cirros:latest"), with_memory_request("128Mi"),
+                   with_spec(**spec), with_annotations(annotations), *options)
 
 
 def with_domain(obj: dict[str, Any], **domain: Any) -> dict[str, Any]:
-    out = copy.deepcopy(obj)
-    out["spec"]["domain"].update(domain)
-    return out
+    """A copy of `obj` with these `spec.domain` fields."""
+    return apply(copy.deepcopy(obj), builders.with_domain(**domain))
 
 
 def with_devices(obj: dict[str, Any], **devices: Any) -> dict[str, Any]:
-    out = copy.deepcopy(obj)
-    out["spec"]["domain"]["devices"].update(devices)
-    return out
+    """A copy of `obj` with these `spec.domain.devices` fields."""
+    return apply(copy.deepcopy(obj), builders.with_devices(**devices))
 
 
 def undecodable_disks(vmi_obj: dict[str, Any], n: int) -> dict[str, Any]:
@@ -54,10 +55,7 @@ def cpu_features(vmi_obj: dict[str, Any], n: int) -> dict[str, Any]:
 
 
 def cdrom(vmi_obj: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(vmi_obj)
-    out["spec"]["domain"]["devices"]["disks"].append({"name": "cd", "cdrom": {"bus": "sata"}})
-    out["spec"]["volumes"].append({"name": "cd", "containerDisk": {"image": "example.org/iso:latest"}})
-    return out
+    return apply(copy.deepcopy(vmi_obj), with_cdrom("cd", "example.org/iso:latest"))
 
 
 def template_of(vmi_obj: dict[str, Any]) -> dict[str, Any]:
@@ -159,7 +157,7 @@ def launcher_pod(vmi_obj: dict[str, Any], overhead: int | None = 290 * 2**20, me
     if hugepages:
         resources["requests"]["hugepages-2Mi"] = memory
         resources["limits"]["hugepages-2Mi"] = memory
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()}
+    annotations = dict(meta.get("annotations") or {})
     annotations.update({"kubevirt.io/domain": meta["name"], "kubectl.kubernetes.io/default-container": "compute",
                         "kubevirt.io/migrationTransportUnix": "true"})
     if overhead is not None:

@@ -17,7 +17,14 @@ from admission.launcher_status import IMAGE_ANNOTATION, OUTDATED_LABEL, decide, 
 from admission.outdated import resync_patch, rows
 from admission.review import parse_review
 from tests.unit.admission.virt_controller import (
-    CONTROLLER, HANDLER, ApiServer, VirtController, has_outdated_label, is_outdated, migrate, new_vmi,
+    CONTROLLER,
+    HANDLER,
+    ApiServer,
+    VirtController,
+    has_outdated_label,
+    is_outdated,
+    migrate,
+    new_vmi,
     set_launcher_container_info,
 )
 
@@ -250,7 +257,7 @@ def test_with_the_webhook_down_the_vmi_merely_looks_outdated_until_virt_controll
     api.webhook_up = True
     vc.reconcile(api, CH)      # nothing differs from what is stored: virt-controller sends nothing
     assert is_outdated(api.stored, KV)
-    vc.reconcile(api, CH, conditions=READY + [{"type": "LiveMigratable", "status": "True"}])
+    vc.reconcile(api, CH, conditions=[*READY, {"type": "LiveMigratable", "status": "True"}])
     assert not is_outdated(api.stored, KV)
 
 
@@ -283,7 +290,7 @@ def test_after_an_addon_upgrade_a_resync_makes_the_old_image_vmis_outdated_at_on
 
 steps = st.lists(st.one_of(
     st.just(("reconcile",)),
-    st.tuples(st.just("conditions"), st.sampled_from([[], READY, READY + [{"type": "Paused", "status": "True"}]])),
+    st.tuples(st.just("conditions"), st.sampled_from([[], READY, [*READY, {"type": "Paused", "status": "True"}]])),
     st.tuples(st.just("webhook"), st.booleans()),
     st.tuples(st.just("configure"), st.sampled_from([CH, CH_NEXT])),
     st.just(("migrate",)),
@@ -336,6 +343,8 @@ def test_the_stored_managed_fields_are_put_back_only_when_the_write_changes_noth
     assert {"op": "replace", "path": "/metadata/managedFields", "value": stored["metadata"]["managedFields"]} in ops
     changed = {**sent, "status": {**sent["status"], "conditions": READY}}
     raw = {**review.raw, "object": changed}
-    ops = patch_of(decide(parse_review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": raw}),
+    ops = patch_of(decide(parse_review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                        "request": raw}),
                           config(), LauncherImage(KV)))
-    assert [op["path"] for op in ops] == ["/status/launcherContainerImageVersion", "/metadata/labels/kubevirt.io~1outdatedLauncherImage"]
+    assert [op["path"] for op in ops] == ["/status/launcherContainerImageVersion",
+                                          "/metadata/labels/kubevirt.io~1outdatedLauncherImage"]

@@ -83,7 +83,8 @@ def test_the_receiving_side_of_a_decentralized_migration_is_left_to_the_source_s
     receive = b.vmim("target-vmi", receive={"migrationID": "m-1"})
     assert judge(receive, running(b.vmi(annotations=CH)))[1] == "ignored"
     send = b.vmim("testvmi", sendTo={"migrationID": "m-1", "connectURL": "sync.example:9185"})
-    assert judge(send, running(b.vmi(annotations=CH)))[1] == "denied", "Cloud Hypervisor cannot copy the disk there either"
+    assert judge(send, running(b.vmi(annotations=CH)))[1] == "denied", \
+        "Cloud Hypervisor cannot copy the disk there either"
 
 
 def test_what_only_the_stored_vmi_says_is_judged_too():
@@ -92,7 +93,8 @@ def test_what_only_the_stored_vmi_says_is_judged_too():
     vmi["spec"]["domain"]["devices"] = {"disks": [{"name": "data", "disk": {"bus": "virtio"}}],
                                         "autoattachPodInterface": False}
     stored = running(vmi)
-    stored["status"]["volumeStatus"] = [{"name": "data", "persistentVolumeClaimInfo": {"accessModes": ["ReadWriteOnce"]}}]
+    stored["status"]["volumeStatus"] = [{"name": "data",
+                                         "persistentVolumeClaimInfo": {"accessModes": ["ReadWriteOnce"]}}]
     response, verdict, _ = judge(b.vmim("testvmi"), stored)
     assert verdict == "denied"
     assert response["status"]["message"] == ("Cannot migrate VMI, Reason: DisksNotLiveMigratable, Message: PVC data "

@@ -15,6 +15,7 @@ from admission.overhead import KUBEVIRT_V1_9_0, ch_overhead, kubevirt_overhead
 from admission.review import parse_review
 from ch_launcher.kubevirt.quantity import MiB, quantity_bytes
 from ch_launcher.kubevirt.vmi import parse_vmi
+from tests.builders import with_uid
 from tests.unit.admission import builders as b
 from tests.unit.admission.builders import CH
 from tests.unit.admission.jsonpatch import apply_patch
@@ -24,9 +25,7 @@ IMAGE = CONFIG.launcher.image
 
 
 def the_vmi(**kw):
-    obj = b.vmi(annotations=CH, **kw)
-    obj["metadata"]["uid"] = "vmi-uid"
-    return obj
+    return b.vmi(with_uid("vmi-uid"), annotations=CH, **kw)
 
 
 def run(pod, vmi=None, vmi_error=None, kubevirt=None):
@@ -156,11 +155,13 @@ def test_the_vhost_net_device_is_not_asked_for_and_an_empty_directory_stands_at_
     c = compute(patched)
     for kind in ("requests", "limits"):
         assert "devices.kubevirt.io/vhost-net" not in c["resources"][kind]
-        assert c["resources"][kind]["devices.kubevirt.io/kvm"] == "1" and c["resources"][kind]["devices.kubevirt.io/tun"] == "1"
+        assert c["resources"][kind]["devices.kubevirt.io/kvm"] == "1"
+        assert c["resources"][kind]["devices.kubevirt.io/tun"] == "1"
     assert c["volumeMounts"] == [{"name": "kubevirt-ch-vhost-net", "mountPath": "/dev/vhost-net"}]
     assert patched["spec"]["volumes"] == [{"name": "kubevirt-ch-vhost-net", "emptyDir": {}}]
     record = json.loads(patched["metadata"]["annotations"][RECORD_ANNOTATION])
-    assert record["removedResources"] == ["devices.kubevirt.io/vhost-net"] and record["placeholders"] == ["/dev/vhost-net"]
+    assert record["removedResources"] == ["devices.kubevirt.io/vhost-net"]
+    assert record["placeholders"] == ["/dev/vhost-net"]
     assert run(patched, vmi)[1] == "unchanged"
 
 
@@ -380,8 +381,8 @@ def test_a_vmi_with_odd_metadata_is_refused_not_crashed_on():
 
 @pytest.mark.parametrize("obj, message", [
     ("a string", "request.object must be a JSON object (the object under admission), got a string"),
-    ([b.launcher_pod(b.vmi(annotations=CH))], "request.object must be a JSON object (the object under admission), "
-                                              "got an array"),
+    ([b.launcher_pod(b.vmi(annotations=CH))], ("request.object must be a JSON object (the object under admission), "
+                                               "got an array")),
 ])
 @pytest.mark.parametrize("operation", ["CREATE", "UPDATE", None])
 def test_a_malformed_request_is_refused_clearly_whatever_its_operation(obj, message, operation):

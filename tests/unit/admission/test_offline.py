@@ -41,7 +41,8 @@ def test_check_prints_each_verdict_with_field_paths_and_exits_1_on_a_denial(tmp_
 
 def test_check_reads_json_and_lists_and_exits_0_when_all_pass(tmp_path):
     path = tmp_path / "list.json"
-    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [b.vmi(annotations=b.CH), b.pool(b.vmi(annotations=b.CH))]}))
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List",
+                                "items": [b.vmi(annotations=b.CH), b.pool(b.vmi(annotations=b.CH))]}))
     code, out = run(["check", str(path)])
     assert code == 0 and "2 checked, 0 denied" in out
 
@@ -71,7 +72,7 @@ def test_unreadable_files_are_exit_2_with_the_file_named(tmp_path, capsys, conte
 def test_overhead_on_vmi_fedora_is_at_most_a_third_of_kubevirts():
     code, out = run(["overhead", str(require_shared(KUBEVIRT_EXAMPLES / "vmi-fedora.yaml"))])
     assert code == 0
-    total = re.search(r"^total\s+([\d.]+)\s+([\d.]+)$", out, re.M)
+    total = re.search(r"^total\s+([\d.]+)\s+([\d.]+)$", out, re.MULTILINE)
     assert total is not None, out
     ch, qemu = float(total.group(1)), float(total.group(2))
     assert ch * 3 <= qemu
@@ -99,15 +100,15 @@ def test_overhead_reports_a_vmi_with_a_bad_quantity(tmp_path):
     ("", "no objects passed to {command} (as kubectl says of an empty file)"),
     ("# only a comment\n---\n", "no objects passed to {command} (as kubectl says of an empty file)"),
     ("- apiVersion: kubevirt.io/v1\n  kind: VirtualMachineInstance\n",
-     "{path}#0: a YAML list is not a Kubernetes object; write one object per document (separated by ---) or a "
-     "List with items"),
+     ("{path}#0: a YAML list is not a Kubernetes object; write one object per document (separated by ---) or a "
+      "List with items")),
     ("just a string\n", "{path}#0: str 'just a string' is not a Kubernetes object"),
     ("apiVersion: v1\nkind: 5\n", "{path}#0: not a Kubernetes object: kind not set"),
     ("kind: VirtualMachineInstance\n", "{path}#0: not a Kubernetes object: apiVersion not set"),
     ("apiVersion: v1\nkind: List\nitems: 3\n", "{path}#0: a List whose items is not a list"),
     ("apiVersion: v1\nkind: List\nitems: [[1]]\n",
-     "{path}#0.items[0]: a YAML list is not a Kubernetes object; write one object per document (separated by ---) "
-     "or a List with items"),
+     ("{path}#0.items[0]: a YAML list is not a Kubernetes object; write one object per document (separated by ---) "
+      "or a List with items")),
 ])
 def test_what_kubectl_apply_refuses_is_exit_2_naming_the_document(tmp_path, capsys, command, text, error):
     """As `kubectl apply -f` (`error: no objects passed to apply`, `invalid object to validate`),
@@ -122,7 +123,8 @@ def test_what_kubectl_apply_refuses_is_exit_2_naming_the_document(tmp_path, caps
 
 def test_objects_of_other_kinds_are_passed_over(tmp_path):
     path = tmp_path / "mixed.yaml"
-    path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\n" + yaml.safe_dump(b.vmi(annotations=b.CH)))
+    path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\n"
+                    + yaml.safe_dump(b.vmi(annotations=b.CH)))
     code, out = run(["check", str(path)])
     assert code == 0 and out.splitlines()[0] == f"{path}#1: VirtualMachineInstance testvmi: allowed"
     assert out.splitlines()[-1] == "1 checked, 0 denied"
@@ -189,10 +191,11 @@ ADMITTED_SINCE_THE_PROCESS_MODEL = {
     "vmi-gpu": [],
     "vmi-sriov": [],
     "vmi-fedora-isolated": [],
-    "vmi-usb": ["spec.domain.devices.hostDevices[0]: kubevirt.io/storage must be a PCI or mediated device: "
-                "a USB one fails the start (Cloud Hypervisor has no USB)"],
+    "vmi-usb": [("spec.domain.devices.hostDevices[0]: kubevirt.io/storage must be a PCI or mediated device: "
+                 "a USB one fails the start (Cloud Hypervisor has no USB)")],
 }
-NO_DISPLAY = "spec.domain.devices.autoattachGraphicsDevice: no display (VNC) on Cloud Hypervisor; use the serial console"
+NO_DISPLAY = ("spec.domain.devices.autoattachGraphicsDevice: no display (VNC) on Cloud Hypervisor; use the serial "
+              "console")
 
 
 @pytest.mark.parametrize("name", sorted(ADMITTED_SINCE_THE_PROCESS_MODEL))
@@ -236,9 +239,9 @@ KUBEVIRT_CR = {
             "usb": [{"resourceName": "kubevirt.io/storage", "selectors": [{"vendor": "46f4", "product": "0001"}]}]}}},
     "status": {"observedKubeVirtVersion": "v1.7.0", "phase": "Deployed"},
 }
-USB_CAUSE = ("  spec.domain.devices.hostDevices[0].deviceName: FieldValueNotSupported: spec.domain.devices.hostDevices[0]"
-             ".deviceName 'kubevirt.io/storage' is not supported: it is a USB device (permittedHostDevices.usb of the "
-             "KubeVirt CR) and Cloud Hypervisor has no USB controller")
+USB_CAUSE = ("  spec.domain.devices.hostDevices[0].deviceName: FieldValueNotSupported: "
+             "spec.domain.devices.hostDevices[0].deviceName 'kubevirt.io/storage' is not supported: it is a USB "
+             "device (permittedHostDevices.usb of the KubeVirt CR) and Cloud Hypervisor has no USB controller")
 
 
 @pytest.mark.parametrize("as_list", [False, True], ids=["kubectl get kubevirt NAME", "kubectl get kubevirt -A"])
@@ -263,8 +266,8 @@ def test_check_with_the_kubevirt_cr_passes_a_gpu_it_permits_as_pci_without_a_wor
     assert run(["check", "--kubevirt-cr", str(cr), str(path)]) == (
         0, f"{path}#0: VirtualMachineInstance testvmi: allowed\n1 checked, 0 denied\n")
     code, out = run(["check", str(path)])  # without it: the warning
-    assert code == 0 and "  warning: spec.domain.devices.hostDevices[0]: nvidia.com/TU104GL_Tesla_T4 must be a " \
-                         "PCI or mediated device: a USB one fails the start (Cloud Hypervisor has no USB)" in out
+    assert code == 0 and ("  warning: spec.domain.devices.hostDevices[0]: nvidia.com/TU104GL_Tesla_T4 must be a "
+                          "PCI or mediated device: a USB one fails the start (Cloud Hypervisor has no USB)") in out
 
 
 @pytest.mark.parametrize(("text", "found"), [
@@ -292,10 +295,10 @@ def test_the_installed_ch_admission_command_takes_the_kubevirt_cr(tmp_path):
     cr.write_text(yaml.safe_dump(KUBEVIRT_CR))
     command = pathlib.Path(sys.executable).parent / "ch-admission"
     proc = subprocess.run([str(command), "check", "--kubevirt-cr", str(cr), str(path)], capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, check=False)
     assert (proc.returncode, proc.stderr) == (1, "")
     assert proc.stdout.splitlines()[:2] == [f"{path}#0: VirtualMachineInstance testvmi: DENIED", USB_CAUSE]
-    proc = subprocess.run([str(command), "check", "--help"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([str(command), "check", "--help"], capture_output=True, text=True, timeout=60, check=False)
     assert "--kubevirt-cr FILE" in proc.stdout
 
 
@@ -336,12 +339,12 @@ def test_check_with_the_kubevirt_cr_applies_its_migrating_eviction_default_as_vi
     assert code == 1
     lines = out.splitlines()
     assert lines[:2] == [f"{path}#0: VirtualMachineInstance testvmi: DENIED",
-                         "  spec.evictionStrategy: FieldValueNotSupported: spec.evictionStrategy is not supported: "
-                         "LiveMigrate (the cluster's default, the KubeVirt CR's configuration.evictionStrategy, "
-                         "which virt-api sets in every VMI without its own): Cloud Hypervisor cannot live-migrate this "
-                         "VMI (DisksNotLiveMigratable: volume 'containerdisk' (containerDisk) is local to the pod and "
-                         "writable: Cloud Hypervisor cannot copy disks during a migration), so a node drain would "
-                         "block on migrations that fail; use None or External, or make the VMI migratable"]
+                         ("  spec.evictionStrategy: FieldValueNotSupported: spec.evictionStrategy is not supported: "
+                          "LiveMigrate (the cluster's default, the KubeVirt CR's configuration.evictionStrategy, "
+                          "which virt-api sets in every VMI without its own): Cloud Hypervisor cannot live-migrate "
+                          "this VMI (DisksNotLiveMigratable: volume 'containerdisk' (containerDisk) is local to the "
+                          "pod and writable: Cloud Hypervisor cannot copy disks during a migration), so a node drain "
+                          "would block on migrations that fail; use None or External, or make the VMI migratable")]
     assert f"{path}#1: VirtualMachine testvm: allowed" in lines
     assert any(x.startswith("  warning: spec.template.spec.evictionStrategy is not set, so virt-api will set the "
                             "cluster's default LiveMigrate") for x in lines), out

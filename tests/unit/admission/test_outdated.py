@@ -4,6 +4,16 @@ from __future__ import annotations
 
 from admission.config import parse_config
 from admission.outdated import resync_patch, rows, table
+from tests.builders import (
+    new_vmi,
+    with_annotation,
+    with_annotations,
+    with_hypervisor,
+    with_labels,
+    with_namespace,
+    with_resource_version,
+    with_status,
+)
 
 CH = "ghcr.io/kubevirt-ch/ch-launcher:v0.2.0"
 OLD = "ghcr.io/kubevirt-ch/ch-launcher:v0.1.0"
@@ -12,12 +22,11 @@ CONFIG = parse_config({"launcher": {"image": CH, "command": ["/usr/bin/ch-launch
 
 
 def vmi(name, phase="Running", image=None, status_image=KV, labelled=False, ch=True, namespace="default"):
-    anns = {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"} if ch else {}
-    if image is not None:
-        anns["kubevirt-ch.io/launcher-image"] = image
-    meta = {"name": name, "namespace": namespace, "resourceVersion": "7", "annotations": anns,
-            "labels": {"kubevirt.io/outdatedLauncherImage": ""} if labelled else {"app": "x"}}
-    return {"metadata": meta, "status": {"phase": phase, "launcherContainerImageVersion": status_image}}
+    return new_vmi(name, with_namespace(namespace), with_resource_version("7"), with_annotations({}),
+                   *([with_hypervisor()] if ch else []),
+                   *([with_annotation("kubevirt-ch.io/launcher-image", image)] if image is not None else []),
+                   with_labels({"kubevirt.io/outdatedLauncherImage": ""} if labelled else {"app": "x"}),
+                   with_status(phase=phase, launcherContainerImageVersion=status_image))
 
 
 def test_each_cloud_hypervisor_vmi_says_what_kubevirt_sees_and_should_see():

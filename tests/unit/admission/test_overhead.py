@@ -8,21 +8,30 @@ import pytest
 import yaml
 
 from admission.overhead import (
-    CH_LAUNCHER, CH_MONITOR, CH_SPAWNER, CH_VFIO_PER_DEVICE, KUBEVIRT_MAIN, KUBEVIRT_V1_9_0, ROW_KEYS, CHSettings, ch_overhead,
-    kubevirt_constants_for, kubevirt_overhead, page_tables, vcpu_count,
+    CH_LAUNCHER,
+    CH_MONITOR,
+    CH_SPAWNER,
+    CH_VFIO_PER_DEVICE,
+    KUBEVIRT_MAIN,
+    KUBEVIRT_V1_9_0,
+    ROW_KEYS,
+    CHSettings,
+    ch_overhead,
+    kubevirt_constants_for,
+    kubevirt_overhead,
+    page_tables,
+    vcpu_count,
 )
 from ch_launcher.kubevirt.quantity import GiB, MiB
 from ch_launcher.kubevirt.vmi import CPU, parse_vmi
+from tests.builders import new_vmi, with_cpu, with_domain, with_memory_request, with_namespace, with_spec
 from tests.conftest import KUBEVIRT_EXAMPLES, require_shared
 
 
 def vmi(memory: str = "1Gi", cpu: dict | None = None, **spec_extra) -> object:
-    domain = {"resources": {"requests": {"memory": memory}}, "devices": {}}
-    if cpu is not None:
-        domain["cpu"] = cpu
-    for key, value in spec_extra.pop("domain", {}).items():
-        domain[key] = value
-    return parse_vmi({"metadata": {"name": "t"}, "spec": {"domain": domain, **spec_extra}})
+    return parse_vmi(new_vmi("t", with_namespace(None), with_memory_request(memory),
+                             *([with_cpu(**cpu)] if cpu is not None else []),
+                             with_domain(**spec_extra.pop("domain", {})), with_spec(**spec_extra)))
 
 
 @pytest.mark.parametrize(("memory", "vcpus", "expected_mib"), [

@@ -7,9 +7,7 @@ import json
 
 import pytest
 
-from admission.review import (
-    Cause, ReviewError, allow, deny, deny_invalid, is_json_content_type, parse_review,
-)
+from admission.review import Cause, ReviewError, allow, deny, deny_invalid, is_json_content_type, parse_review
 from tests.unit.admission.builders import review, vmi
 
 

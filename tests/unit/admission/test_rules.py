@@ -222,8 +222,8 @@ def test_an_object_that_is_not_an_object_is_a_400():
 
 MALFORMED = [
     # (request changes, message): refused whatever the kind, before anything else
-    ({"object": [b.vmi(annotations=CH)]}, "request.object must be a JSON object (the object under admission), "
-                                          "got an array"),
+    ({"object": [b.vmi(annotations=CH)]}, ("request.object must be a JSON object (the object under admission), "
+                                           "got an array")),
     ({"object": "a string"}, "request.object must be a JSON object (the object under admission), got a string"),
     ({"operation": "UPDATE", "oldObject": "a string"},
      "request.oldObject must be a JSON object (the object under admission), got a string"),
@@ -364,8 +364,8 @@ def test_an_update_that_adds_a_usb_host_device_is_refused_and_one_that_keeps_it_
 def test_without_the_kubevirt_cr_a_host_device_is_admitted_with_the_warning():
     response, verdict = decide(b.review(with_host_devices(USB)))
     assert (response["allowed"], verdict) == (True, "warned")
-    assert response["warnings"] == ["spec.domain.devices.hostDevices[0]: kubevirt.io/storage must be a PCI or "
-                                    "mediated device: a USB one fails the start (Cloud Hypervisor has no USB)"]
+    assert response["warnings"] == [("spec.domain.devices.hostDevices[0]: kubevirt.io/storage must be a PCI or "
+                                     "mediated device: a USB one fails the start (Cloud Hypervisor has no USB)")]
 
 
 def test_an_unreadable_kubevirt_cr_knows_no_usb_device_and_its_gate_refuses_on_create_only():
@@ -454,11 +454,11 @@ def test_a_template_that_cannot_migrate_and_would_take_the_clusters_migrating_de
     response, verdict = decide(b.review(b.vm(b.vmi(annotations=CH))), kubevirt)
     assert response["allowed"] is True and verdict == "warned"
     assert drain_warnings(response) == [
-        f"spec.template.spec.evictionStrategy is not set, so virt-api will set the cluster's default {default} "
-        "(the KubeVirt CR's configuration.evictionStrategy) in the VMI, which is then refused: Cloud Hypervisor "
-        "cannot live-migrate it (DisksNotLiveMigratable: volume 'containerdisk' (containerDisk) is local to the pod "
-        "and writable: Cloud Hypervisor cannot copy disks during a migration), so a node drain would block on it; "
-        "set None (the VM stops on a drain) or External, or make the VMI migratable"]
+        (f"spec.template.spec.evictionStrategy is not set, so virt-api will set the cluster's default {default} "
+         "(the KubeVirt CR's configuration.evictionStrategy) in the VMI, which is then refused: Cloud Hypervisor "
+         "cannot live-migrate it (DisksNotLiveMigratable: volume 'containerdisk' (containerDisk) is local to the pod "
+         "and writable: Cloud Hypervisor cannot copy disks during a migration), so a node drain would block on it; "
+         "set None (the VM stops on a drain) or External, or make the VMI migratable")]
 
 
 def test_a_vmi_given_the_clusters_migrating_default_is_refused_saying_where_it_came_from():

@@ -45,6 +45,8 @@ from admission.cluster import LauncherImage
 from admission.config import Config
 from admission.launcher_status import OUTDATED_LABEL, decide
 from admission.review import parse_review
+from tests import builders
+from tests.builders import with_hypervisor, with_labels, with_phase, with_resource_version
 from tests.manifests.cel import evaluate
 from tests.unit.admission.jsonpatch import PatchError, apply_patch
 
@@ -180,7 +182,7 @@ class ApiServer:
             return new
         new = copy.deepcopy(new)
         entries = [e for e in self.stored["metadata"].get("managedFields", []) if e["manager"] != user]
-        new["metadata"]["managedFields"] = entries + [{"manager": user, "operation": "Update", "time": self.clock}]
+        new["metadata"]["managedFields"] = [*entries, {"manager": user, "operation": "Update", "time": self.clock}]
         return new
 
     def _store(self, new: dict[str, Any]) -> bool:
@@ -254,9 +256,4 @@ def migrate(api: ApiServer) -> None:
 
 
 def new_vmi(name: str = "ch-vmi", phase: str = "Pending", labels: dict[str, str] | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": "default", "resourceVersion": "1",
-                            "annotations": {"kubevirt-ch.io/hypervisor": "cloud-hypervisor"}}
-    if labels is not None:
-        meta["labels"] = labels
-    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": meta,
-            "spec": {"domain": {"devices": {}}}, "status": {"phase": phase}}
+    return builders.new_vmi(name, with_resource_version("1"), with_hypervisor(), with_labels(labels), with_phase(phase))

@@ -245,15 +245,19 @@ def test_a_second_caller_waiting_behind_a_hung_call_gives_up_after_its_timeout(s
     def respond(req: bytes) -> None:
         received.set()  # the first call now holds the per-socket lock
         release.wait(30)
-        return None  # then close without answering
+        return  # then close without answering
 
     path = serve(respond)
     first = CloudHypervisorClient(path, timeout=30.0)
-    t = threading.Thread(target=lambda: pytest.raises(VmmUnavailable, first.info), daemon=True)
+    def first_call() -> None:
+        with pytest.raises(VmmUnavailable):
+            first.info()
+
+    t = threading.Thread(target=first_call, daemon=True)
     t.start()
     assert received.wait(30)
     try:
-        with pytest.raises(VmmUnavailable, match="still in progress after 0.2 s"):
+        with pytest.raises(VmmUnavailable, match=r"still in progress after 0\.2 s"):
             CloudHypervisorClient(path).ping(timeout=0.2)  # another client of the same socket
     finally:
         release.set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -42,7 +43,7 @@ def test_any_split_of_the_stream_gives_the_same_events(cuts: list[int]) -> None:
     parser = EventStreamParser()
     bounds = [0, *sorted(cuts), len(STREAM)]
     events = []
-    for a, b in zip(bounds, bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         events += parser.feed(STREAM[a:b])
     assert [e.name for e in events] == NAMES
     assert parser.skipped == 0
@@ -82,7 +83,8 @@ def test_compact_objects_on_one_piece_are_all_decoded() -> None:
 
 
 COMPACT = b"".join(
-    b'{"timestamp":{"secs":0,"nanos":%d},"source":"%s","event":"%s","properties":null}\n' % (i, *name.encode().split(b":"))
+    b'{"timestamp":{"secs":0,"nanos":%d},"source":"%s","event":"%s","properties":null}\n'
+    % (i, *name.encode().split(b":"))
     for i, name in enumerate(NAMES))
 
 
@@ -102,7 +104,7 @@ def test_any_split_of_a_compact_stream_gives_the_same_events(cuts: list[int]) ->
     parser = EventStreamParser()
     bounds = [0, *sorted(cuts), len(COMPACT)]
     events = []
-    for a, b in zip(bounds, bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         events += parser.feed(COMPACT[a:b])
     assert [e.name for e in events] == NAMES
     assert parser.skipped == 0
@@ -123,7 +125,7 @@ def test_garbage_without_blank_lines_is_dropped_beyond_the_limit() -> None:
     assert [e.name for e in parser.feed(b"\n\n" + pretty("vm", "booted"))] == ["vm:booted"]
 
 
-def test_fifo_is_created_and_reads_without_blocking(tmp_path) -> None:  # noqa: ANN001
+def test_fifo_is_created_and_reads_without_blocking(tmp_path) -> None:
     path = str(tmp_path / "events")
     fifo = open_event_fifo(path)
     try:
@@ -142,7 +144,7 @@ def test_fifo_is_created_and_reads_without_blocking(tmp_path) -> None:  # noqa: 
         fifo.read_available()
 
 
-def test_fifo_replaces_a_stale_regular_file_and_refuses_a_directory(tmp_path) -> None:  # noqa: ANN001
+def test_fifo_replaces_a_stale_regular_file_and_refuses_a_directory(tmp_path) -> None:
     stale = tmp_path / "events"
     stale.write_text("old events")
     with open_event_fifo(str(stale)) as fifo:
@@ -152,7 +154,7 @@ def test_fifo_replaces_a_stale_regular_file_and_refuses_a_directory(tmp_path) ->
         open_event_fifo(str(tmp_path / "dir"))
 
 
-def test_existing_fifo_is_reused(tmp_path) -> None:  # noqa: ANN001
+def test_existing_fifo_is_reused(tmp_path) -> None:
     path = str(tmp_path / "events")
     os.mkfifo(path, 0o600)
     with open_event_fifo(path) as fifo:

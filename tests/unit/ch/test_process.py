@@ -11,21 +11,21 @@ import pytest
 from ch_launcher.ch.process import VmmProcess, VmmStartError
 
 
-def _script(tmp_path, body: str) -> str:  # noqa: ANN001
+def _script(tmp_path, body: str) -> str:
     path = tmp_path / "vmm"
     path.write_text("#!/bin/sh\n" + body + "\n")
     path.chmod(0o755)
     return str(path)
 
 
-def _spawn(tmp_path, binary: str, **kw) -> VmmProcess:  # noqa: ANN001, ANN003
+def _spawn(tmp_path, binary: str, **kw) -> VmmProcess:
     return VmmProcess.spawn(
         binary, api_socket=str(tmp_path / "api.sock"), event_monitor=str(tmp_path / "ev"),
         log_file=str(tmp_path / "vmm.log"), **kw,
     )  # fmt: skip
 
 
-def test_command_line_is_cloud_hypervisors(tmp_path) -> None:  # noqa: ANN001
+def test_command_line_is_cloud_hypervisors(tmp_path) -> None:
     binary = _script(tmp_path, 'echo "$@" > "$(dirname "$0")/argv"')
     proc = _spawn(tmp_path, binary, no_shutdown=True, extra_args=("--seccomp", "log"))
     try:
@@ -39,7 +39,7 @@ def test_command_line_is_cloud_hypervisors(tmp_path) -> None:  # noqa: ANN001
     ]  # fmt: skip
 
 
-def test_env_none_inherits_and_env_given_replaces(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_env_none_inherits_and_env_given_replaces(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("KC_PROBE", "inherited")
     binary = _script(tmp_path, 'echo "${KC_PROBE:-unset}" >> "$(dirname "$0")/env"')
     for env in (None, {"PATH": os.environ["PATH"]}):
@@ -49,7 +49,7 @@ def test_env_none_inherits_and_env_given_replaces(tmp_path, monkeypatch) -> None
     assert (tmp_path / "env").read_text().split() == ["inherited", "unset"]
 
 
-def test_stale_socket_is_unlinked_before_the_start(tmp_path) -> None:  # noqa: ANN001
+def test_stale_socket_is_unlinked_before_the_start(tmp_path) -> None:
     stale = tmp_path / "api.sock"
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.bind(str(stale))
@@ -60,13 +60,13 @@ def test_stale_socket_is_unlinked_before_the_start(tmp_path) -> None:  # noqa: A
     assert not stale.exists()
 
 
-def test_a_directory_at_the_socket_path_is_refused(tmp_path) -> None:  # noqa: ANN001
+def test_a_directory_at_the_socket_path_is_refused(tmp_path) -> None:
     (tmp_path / "api.sock").mkdir()
     with pytest.raises(VmmStartError, match="is a directory"):
         _spawn(tmp_path, _script(tmp_path, "exit 0"))
 
 
-def test_an_unwritable_log_file_is_a_start_error_naming_it(tmp_path) -> None:  # noqa: ANN001
+def test_an_unwritable_log_file_is_a_start_error_naming_it(tmp_path) -> None:
     with pytest.raises(VmmStartError, match=r"cannot open the VMM log file .*/no-dir/vmm.log"):
         VmmProcess.spawn(
             _script(tmp_path, "exit 0"), api_socket=str(tmp_path / "api.sock"), event_monitor=str(tmp_path / "ev"),
@@ -74,12 +74,12 @@ def test_an_unwritable_log_file_is_a_start_error_naming_it(tmp_path) -> None:  #
         )  # fmt: skip
 
 
-def test_a_missing_binary_is_a_start_error(tmp_path) -> None:  # noqa: ANN001
+def test_a_missing_binary_is_a_start_error(tmp_path) -> None:
     with pytest.raises(VmmStartError, match="cannot execute"):
         _spawn(tmp_path, str(tmp_path / "no-such-vmm"))
 
 
-def test_startup_error_includes_what_the_vmm_printed(tmp_path) -> None:  # noqa: ANN001
+def test_startup_error_includes_what_the_vmm_printed(tmp_path) -> None:
     proc = _spawn(tmp_path, _script(tmp_path, "echo 'Error booting VMM: bad flag' >&2; exit 1"))
     try:
         with pytest.raises(VmmStartError) as info:
@@ -90,7 +90,7 @@ def test_startup_error_includes_what_the_vmm_printed(tmp_path) -> None:  # noqa:
     assert "Error booting VMM: bad flag" in str(info.value)
 
 
-def test_terminate_after_the_child_exited_returns_its_status(tmp_path) -> None:  # noqa: ANN001
+def test_terminate_after_the_child_exited_returns_its_status(tmp_path) -> None:
     proc = _spawn(tmp_path, _script(tmp_path, "kill -USR1 $$"))
     try:
         proc.wait(10)
@@ -101,7 +101,7 @@ def test_terminate_after_the_child_exited_returns_its_status(tmp_path) -> None: 
     proc.close()  # idempotent
 
 
-def test_the_log_holds_the_current_vmms_words_only(tmp_path) -> None:  # noqa: ANN001
+def test_the_log_holds_the_current_vmms_words_only(tmp_path) -> None:
     # An earlier VMM's failure must not be read as this one's (CH truncates its log file
     # itself; a VMM that appends, or writes nothing, finds it emptied all the same).
     (tmp_path / "vmm.log").write_text("ERROR -- VCPU generated error: VcpuRun(earlier VMM)\n")

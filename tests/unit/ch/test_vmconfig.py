@@ -15,8 +15,8 @@ from ch_launcher.ch import vmconfig as vc
 from tests.conftest import OPENAPI_SPEC, REPO, require_shared
 
 sys.path.insert(0, str(REPO / "tests" / "fakes"))
-import fakech_checks  # noqa: E402
-import fakech_yaml  # noqa: E402
+import fakech_checks
+import fakech_yaml
 
 # model -> the spec's schema name
 SCHEMA_OF: dict[type[BaseModel], str] = {
@@ -59,14 +59,14 @@ def full_config() -> vc.VmConfig:
             boot_vcpus=2, max_vcpus=4,
             topology=vc.CpuTopology(threads_per_core=1, cores_per_die=2, dies_per_package=1, packages=2),
             affinity=[vc.CpuAffinity(vcpu=0, host_cpus=[2])],
-        ),  # fmt: skip
+        ),
         memory=vc.MemoryConfig(size=1 << 30, shared=True, hugepages=True, hugepage_size=2 << 20,
-                               zones=None),  # fmt: skip
+                               zones=None),
         disks=[vc.DiskConfig(id="rootdisk", path="/d.qcow2", image_type="Qcow2", readonly=False, num_queues=2,
                              serial="root", rate_limiter_config=vc.RateLimiterConfig(
-                                 bandwidth=vc.TokenBucket(size=1000, refill_time=100)))],  # fmt: skip
+                                 bandwidth=vc.TokenBucket(size=1000, refill_time=100)))],
         net=[vc.NetConfig(id="default", tap="tap0", mac="02:00:00:00:00:01", mtu=1500, num_queues=2),
-             vc.NetConfig(id="vu", vhost_user=True, vhost_socket="/vu.sock", vhost_mode="Client")],  # fmt: skip
+             vc.NetConfig(id="vu", vhost_user=True, vhost_socket="/vu.sock", vhost_mode="Client")],
         fs=[vc.FsConfig(tag="share", socket="/fs.sock", id="share")],
         vsock=vc.VsockConfig(cid=3, socket="/vsock.sock"),
         rng=vc.RngConfig(),
@@ -83,7 +83,7 @@ def full_config() -> vc.VmConfig:
 
 
 def test_a_full_config_validates_against_the_spec(schemas: dict[str, Any]) -> None:
-    from openapi_schema_validator import OAS30Validator  # noqa: PLC0415
+    from openapi_schema_validator import OAS30Validator
 
     body = full_config().to_api()
     spec = {"components": {"schemas": schemas}, **schemas["VmConfig"]}

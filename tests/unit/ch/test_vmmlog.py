@@ -37,7 +37,8 @@ def test_a_vcpu_error_is_one_line_with_its_cause_and_without_the_backtrace():
 
 
 def test_a_panicked_thread_is_a_failure():
-    line = "cloud-hypervisor:   3.1s: <_disk0_q0> ERROR:virtio-devices/src/thread_helper.rs:53 -- _disk0_q0 thread panicked\n"
+    line = ("cloud-hypervisor:   3.1s: <_disk0_q0> ERROR:virtio-devices/src/thread_helper.rs:53 -- _disk0_q0 thread "
+            "panicked\n")
     assert failure_in(line) == "_disk0_q0 thread panicked"
     assert failure_in("cloud-hypervisor: 1.0s: <vcpu0> ERROR:vmm/src/cpu.rs:1478 -- vCPU thread panicked\n") == \
         "vCPU thread panicked"

@@ -8,6 +8,7 @@ from typing import Any
 from ch_launcher.ch.vmconfig import CpusConfig
 from ch_launcher.convert.context import LauncherEnv, LauncherOptions, PodFacts, Translation
 from ch_launcher.kubevirt.vmi import parse_vmi
+from tests.builders import new_vmi, with_devices, with_interfaces, with_memory, with_networks, with_spec, with_uid
 
 UID = "6a1e2b3c-0000-4000-8000-000000000001"
 
@@ -19,14 +20,8 @@ def vmi(interfaces: list[dict[str, Any]] | None = None, networks: list[dict[str,
         interfaces = [{"name": "default", "masquerade": {}}]
     if networks is None:
         networks = [{"name": "default", "pod": {}}]
-    body: dict[str, Any] = {
-        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-        "metadata": {"name": "testvmi", "namespace": "default", "uid": UID},
-        "spec": {"domain": {"devices": {"interfaces": interfaces, **(devices or {})},
-                            "memory": {"guest": "1Gi"}},
-                 "networks": networks, **spec},
-    }
-    return body
+    return new_vmi("testvmi", with_uid(UID), with_interfaces(interfaces), with_devices(**(devices or {})),
+                   with_memory("1Gi"), with_networks(networks), with_spec(**spec))
 
 
 def multus(name: str, network_name: str = "", default: bool = False) -> dict[str, Any]:

@@ -135,7 +135,8 @@ def test_each_vfio_device_is_checked_before_boot_for_its_field():
     t = run({**GPU, "hostDevices": [{"name": "q", "deviceName": "intel.com/qat"}]}, pod(environ=env))
     checks = [s for s in t.steps if isinstance(s, RequireVfioDevice)]
     assert [(s.field, s.sysfs_path) for s in checks] == [
-        (f"{D}.gpus[0]", "/sys/bus/pci/devices/0000:65:00.0/"), (f"{D}.hostDevices[0]", "/sys/bus/pci/devices/0000:01:00.1/")]
+        (f"{D}.gpus[0]", "/sys/bus/pci/devices/0000:65:00.0/"),
+        (f"{D}.hostDevices[0]", "/sys/bus/pci/devices/0000:01:00.1/")]
     assert checks[0].what == "GPU gpu1 (nvidia.com/GP102GL_Tesla_P40)"
 
 

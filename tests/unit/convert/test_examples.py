@@ -124,7 +124,8 @@ def vmconfig_validator() -> Any:
     return OAS30Validator(schema)
 
 
-@pytest.mark.skipif(not EXAMPLES, reason=f"{KUBEVIRT_EXAMPLES} is absent: ../shared/reference is not beside this checkout")
+@pytest.mark.skipif(not EXAMPLES,
+                    reason=f"{KUBEVIRT_EXAMPLES} is absent: ../shared/reference is not beside this checkout")
 @pytest.mark.parametrize("name, vmi", EXAMPLES, ids=[n for n, _ in EXAMPLES])
 def test_each_kubevirt_example_translates_to_its_golden_result(name: str, vmi: dict[str, Any]) -> None:
     got = record(check(vmi, LauncherEnv()))
@@ -136,7 +137,8 @@ def test_each_kubevirt_example_translates_to_its_golden_result(name: str, vmi: d
     assert got == json.loads(path.read_text())
 
 
-@pytest.mark.skipif(not EXAMPLES, reason=f"{KUBEVIRT_EXAMPLES} is absent: ../shared/reference is not beside this checkout")
+@pytest.mark.skipif(not EXAMPLES,
+                    reason=f"{KUBEVIRT_EXAMPLES} is absent: ../shared/reference is not beside this checkout")
 def test_every_golden_vmconfig_validates_against_the_openapi_spec() -> None:
     validator = vmconfig_validator()
     checked = 0
@@ -150,7 +152,8 @@ def test_every_golden_vmconfig_validates_against_the_openapi_spec() -> None:
     assert checked >= 10  # most examples run on Cloud Hypervisor
 
 
-@pytest.mark.skipif(not EXAMPLES, reason=f"{KUBEVIRT_EXAMPLES} is absent: ../shared/reference is not beside this checkout")
+@pytest.mark.skipif(not EXAMPLES,
+                    reason=f"{KUBEVIRT_EXAMPLES} is absent: ../shared/reference is not beside this checkout")
 def test_no_golden_file_is_left_over_from_a_removed_example() -> None:
     names = {n for n, _ in EXAMPLES}
     stale = sorted(p.stem for p in GOLDEN.glob("*.json") if p.stem not in names)

@@ -61,7 +61,7 @@ def test_example_network_and_devices_at_admission(name):
     assert all(i.mac for i in plan.interfaces)
 
 
-@pytest.mark.parametrize("name", [name for name, _ in EXAMPLES])
+@pytest.mark.parametrize("name", [name for name, _ in EXAMPLES] or ["no-examples"])  # then require_shared skips
 def test_every_example_warning_fits_in_a_kubectl_line(name):
     require_shared(KUBEVIRT_EXAMPLES)
     assert all(len(w.message) <= 120 for w in check(BY_NAME[name]).warnings)
@@ -81,7 +81,8 @@ def test_multus_example_in_its_pod_takes_pod_macs_and_mtus():
 
 def test_sriov_example_in_its_pod_gets_the_vf_of_its_network_info():
     require_shared(KUBEVIRT_EXAMPLES)
-    info = {"interfaces": [{"network": "sriov-net", "deviceInfo": {"type": "pci", "pci": {"pci-address": "0000:3b:02.1"}}}]}
+    info = {"interfaces": [{"network": "sriov-net",
+                            "deviceInfo": {"type": "pci", "pci": {"pci-address": "0000:3b:02.1"}}}]}
     pod = PodFacts(network_info=json.dumps(info))
     verdict = check(BY_NAME["vmi-sriov"], LauncherEnv(pod=pod))
     assert verdict.allowed, [p.message for p in verdict.problems]

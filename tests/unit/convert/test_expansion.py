@@ -14,8 +14,8 @@ from tests.unit.convert.vmibuild import pvc_status, run, virtio, vmi, with_statu
 
 MiB = 2**20
 GiB = 2**30
-DIRS = dict(private_dir="/p", share_dir="/var/run/kubevirt", ephemeral_disk_dir="/e", container_disk_dir="/c",
-            firmware_dir="/fw", hotplug_disk_dir="/hp")
+DIRS = {"private_dir": "/p", "share_dir": "/var/run/kubevirt", "ephemeral_disk_dir": "/e", "container_disk_dir": "/c",
+            "firmware_dir": "/fw", "hotplug_disk_dir": "/hp"}
 
 
 def sizing_of(volumes: list[dict[str, Any]], *statuses: dict[str, Any]) -> tuple[dict[str, DiskSizing], list[Any]]:

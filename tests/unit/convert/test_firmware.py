@@ -69,7 +69,8 @@ def test_kernel_boot_ignores_a_bootloader_with_a_warning() -> None:
 
 
 def test_kernel_args_without_a_kernel_are_invalid() -> None:
-    problem(run(vmi({"firmware": {"kernelBoot": {"kernelArgs": "quiet"}}})), "spec.domain.firmware.kernelBoot.kernelArgs")
+    problem(run(vmi({"firmware": {"kernelBoot": {"kernelArgs": "quiet"}}})),
+            "spec.domain.firmware.kernelBoot.kernelArgs")
 
 
 def test_an_initrd_without_a_kernel_is_refused() -> None:
@@ -97,7 +98,8 @@ def test_a_firmware_uuid_that_is_not_a_uuid_is_invalid() -> None:
 
 
 def test_acpi_tables_from_secrets_are_refused() -> None:
-    body = vmi({"firmware": {"acpi": {"slicNameRef": "slic"}}}, volumes=[{"name": "slic", "secret": {"secretName": "s"}}])
+    body = vmi({"firmware": {"acpi": {"slicNameRef": "slic"}}},
+               volumes=[{"name": "slic", "secret": {"secretName": "s"}}])
     verdict = run(body)
     assert fields(verdict.problems) == ["spec.domain.firmware.acpi"]  # the table's volume gets no disk
 
@@ -119,7 +121,8 @@ def test_features_it_always_has_are_accepted_silently() -> None:
 
 
 def test_turning_off_paravirtual_spinlocks_is_a_warning() -> None:
-    assert fields(run(vmi({"features": {"pvspinlock": {"enabled": False}}})).warnings) == ["spec.domain.features.pvspinlock"]
+    verdict = run(vmi({"features": {"pvspinlock": {"enabled": False}}}))
+    assert fields(verdict.warnings) == ["spec.domain.features.pvspinlock"]
 
 
 def test_hyperv_enlightenments_turn_on_kvm_hyperv_and_warn_about_the_ones_it_lacks() -> None:

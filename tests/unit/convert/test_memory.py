@@ -36,7 +36,8 @@ def test_no_memory_at_all_is_reported_in_kubevirts_words_with_a_field() -> None:
     p = problem(verdict, "spec.domain.memory.guest")
     assert p.reason == "FieldValueRequired" and isinstance(p, NoMemoryRequested)
     assert p.message == ("no memory requested, at least one of 'spec.domain.memory.guest', "
-                         "'spec.domain.memory.hugepages.pageSize' or 'spec.domain.resources.requests.memory' must be set")
+                         "'spec.domain.memory.hugepages.pageSize' or 'spec.domain.resources.requests.memory' "
+                         "must be set")
 
 
 def test_an_invalid_memory_quantity_names_its_field() -> None:

@@ -36,8 +36,8 @@ def test_a_vmi_without_disks_or_with_generated_read_only_volumes_migrates():
 ])
 def test_a_writable_local_disk_cannot_migrate(source, kind):
     found = blockers(with_volume({"name": "root", **source}))
-    assert found == [("DisksNotLiveMigratable", f"volume 'root' ({kind}) is local to the pod and writable: Cloud "
-                                                "Hypervisor cannot copy disks during a migration")]
+    assert found == [("DisksNotLiveMigratable", (f"volume 'root' ({kind}) is local to the pod and writable: Cloud "
+                                                 "Hypervisor cannot copy disks during a migration"))]
 
 
 def test_a_read_only_container_disk_migrates():
@@ -47,7 +47,8 @@ def test_a_read_only_container_disk_migrates():
 
 
 def test_a_host_disk_must_be_shared():
-    assert blockers(with_volume({"name": "h", "hostDisk": {"path": "/data/h.img", "type": "Disk", "shared": True}})) == []
+    assert blockers(with_volume({"name": "h",
+                                 "hostDisk": {"path": "/data/h.img", "type": "Disk", "shared": True}})) == []
     found = blockers(with_volume({"name": "h", "hostDisk": {"path": "/data/h.img", "type": "Disk"}}))
     assert [r for r, _ in found] == ["DisksNotLiveMigratable"]
 
@@ -57,8 +58,8 @@ def test_a_pvc_must_be_read_write_many_when_the_status_says_what_it_is():
     assert blockers(body) == [], "at admission the access mode is unknown: virt-handler's own rule decides"
     rwo = {"volumeStatus": [{"name": "data", "persistentVolumeClaimInfo": {"accessModes": ["ReadWriteOnce"]}}]}
     assert blockers(with_volume({"name": "data", "persistentVolumeClaim": {"claimName": "data"}}), **rwo) == [
-        ("DisksNotLiveMigratable", "PVC data is not shared: live migration requires that all PVCs be shared "
-                                   "(ReadWriteMany)")]
+        ("DisksNotLiveMigratable", ("PVC data is not shared: live migration requires that all PVCs be shared "
+                                    "(ReadWriteMany)"))]
     rwx = {"volumeStatus": [{"name": "data", "persistentVolumeClaimInfo": {"accessModes": ["ReadWriteMany"]}}]}
     assert blockers(with_volume({"name": "data", "persistentVolumeClaim": {"claimName": "data"}}), **rwx) == []
 

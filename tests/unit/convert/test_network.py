@@ -236,7 +236,8 @@ def test_dhcp_for_bridge_advertises_the_fake_bridge_address_of_its_index():
     t = run(vmi([{"name": "default", "masquerade": {}}, {"name": "blue", "bridge": {}}],
                 [{"name": "default", "pod": {}}, multus("blue")], subdomain="sub"))
     bridge = t.dhcp[1]
-    assert (bridge.binding, bridge.server_ip, bridge.address, bridge.subdomain) == ("bridge", "169.254.75.11", "", "sub")
+    assert (bridge.binding, bridge.server_ip, bridge.address, bridge.subdomain) \
+        == ("bridge", "169.254.75.11", "", "sub")
 
 
 def test_dhcp_options_are_carried_and_checked():

@@ -171,12 +171,15 @@ def test_numa_passthrough_mirrors_the_host_cells_the_vcpus_landed_on():
     config = v.plan.config.to_api()
     assert config["memory"]["size"] == 0 and config["memory"]["hotplug_method"] == "VirtioMem"
     # 513 pages of 2 MiB over two nodes: 257 and 256 (the first node gets the remainder), hot-plug on the first
-    assert [(z["id"], z["size"] // (2 << 20), z["host_numa_node"], z.get("hotplug_size")) for z in config["memory"]["zones"]] \
+    assert [(z["id"], z["size"] // (2 << 20), z["host_numa_node"], z.get("hotplug_size"))
+            for z in config["memory"]["zones"]] \
         == [("numa0", 257, 0, 1 << 30), ("numa1", 256, 1, None)]
     assert all(z["hugepages"] and z["hugepage_size"] == 2 << 20 for z in config["memory"]["zones"])
     assert config["numa"] == [
-        {"guest_numa_id": 0, "cpus": [0, 1], "memory_zones": ["numa0"], "distances": [{"destination": 1, "distance": 21}]},
-        {"guest_numa_id": 1, "cpus": [2, 3], "memory_zones": ["numa1"], "distances": [{"destination": 0, "distance": 21}]},
+        {"guest_numa_id": 0, "cpus": [0, 1], "memory_zones": ["numa0"],
+         "distances": [{"destination": 1, "distance": 21}]},
+        {"guest_numa_id": 1, "cpus": [2, 3], "memory_zones": ["numa1"],
+         "distances": [{"destination": 0, "distance": 21}]},
     ]
 
 
@@ -186,7 +189,8 @@ def test_numa_passthrough_needs_hugepages_and_memory_nodes_the_pod_has():
     assert fields(v.problems) == ["spec.domain.cpu.numa.guestMappingPassthrough"]
     assert "hugepages" in v.problems[0].message
     topology = HostTopology((HostCell(0, (HostCpu(0),)), HostCell(1, (HostCpu(1),))))
-    body = dedicated({"cores": 2, "numa": {"guestMappingPassthrough": {}}}, {"guest": "1Gi", "hugepages": {"pageSize": "2Mi"}})
+    body = dedicated({"cores": 2, "numa": {"guestMappingPassthrough": {}}},
+                     {"guest": "1Gi", "hugepages": {"pageSize": "2Mi"}})
     v = launch(body, PodFacts(cpuset=(0, 1), memory_nodes=(0,)), topology)
     assert fields(v.problems) == ["spec.domain.cpu.numa.guestMappingPassthrough"]
     assert "not memory nodes of the pod (cpuset.mems 0)" in v.problems[0].message

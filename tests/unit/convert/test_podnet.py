@@ -87,7 +87,8 @@ def test_network_info_never_raises_anything_but_its_own_error(value):
 
 
 def test_resource_env_var_follows_upstream():
-    assert resource_env_var("PCI_RESOURCE", "nvidia.com/GP102GL_Tesla_P40") == "PCI_RESOURCE_NVIDIA_COM_GP102GL_TESLA_P40"
+    assert resource_env_var("PCI_RESOURCE", "nvidia.com/GP102GL_Tesla_P40") \
+        == "PCI_RESOURCE_NVIDIA_COM_GP102GL_TESLA_P40"
 
 
 def test_an_address_taken_by_one_resource_is_gone_from_the_others():

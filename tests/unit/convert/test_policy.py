@@ -8,6 +8,7 @@ import pytest
 from ch_launcher.convert import check, policy
 from ch_launcher.convert.migration import configure_migration
 from ch_launcher.convert.policy import configure_policy
+from tests.builders import new_vmi, with_devices, with_empty_disk, with_memory, with_namespace, with_spec, with_uid
 from tests.unit.convert.netbuild import fields, multus, translation, vmi
 
 
@@ -111,13 +112,9 @@ def test_policy_leaves_the_vm_config_alone():
 
 
 def _many_disks(n):
-    disks = [{"name": f"d{i}", "disk": {"bus": "virtio"}} for i in range(n)]
-    volumes = [{"name": f"d{i}", "emptyDisk": {"capacity": "1Mi"}} for i in range(n)]
-    return {"metadata": {"name": "v", "namespace": "n", "uid": "u"},
-            "spec": {"domain": {"memory": {"guest": "64Mi"},
-                                "devices": {"disks": disks, "autoattachPodInterface": False,
-                                            "autoattachMemBalloon": False}},
-                     "volumes": volumes}}
+    return new_vmi("v", with_namespace("n"), with_uid("u"), with_memory("64Mi"),
+                   with_devices(disks=[], autoattachPodInterface=False, autoattachMemBalloon=False),
+                   with_spec(volumes=[]), *[with_empty_disk(f"d{i}", "1Mi") for i in range(n)])
 
 
 def test_a_vmi_with_more_devices_than_a_pci_segment_holds_is_refused_not_failed_at_boot():

@@ -10,17 +10,33 @@ import pytest
 from ch_launcher.convert import LauncherEnv
 from ch_launcher.convert.expansion import DiskSizing
 from ch_launcher.convert.plan import (
-    BuildCloudInitIso, BuildIso, CreateOverlay, CreateSparseImage, ExpandImage, RequireFile, Step,
+    BuildCloudInitIso,
+    BuildIso,
+    CreateOverlay,
+    CreateSparseImage,
+    ExpandImage,
+    RequireFile,
+    Step,
 )
 from tests.unit.convert.vmibuild import (
-    FIRMWARE_UUID, UID, api, container_disk, fields, launcher_env, problem, pvc_status, run, virtio, vmi,
+    FIRMWARE_UUID,
+    UID,
+    api,
+    container_disk,
+    fields,
+    launcher_env,
+    problem,
+    pvc_status,
+    run,
+    virtio,
+    vmi,
     with_status,
 )
 
 GiB = 2**30
 MiB = 2**20
-DIRS = dict(private_dir="/p", share_dir="/var/run/kubevirt", ephemeral_disk_dir="/e", container_disk_dir="/c",
-            firmware_dir="/fw")
+DIRS = {"private_dir": "/p", "share_dir": "/var/run/kubevirt", "ephemeral_disk_dir": "/e", "container_disk_dir": "/c",
+            "firmware_dir": "/fw"}
 
 
 def env(**kw: Any) -> LauncherEnv:
@@ -58,7 +74,8 @@ def test_a_container_disk_is_a_qcow2_overlay_over_the_image_at_its_volume_index(
 
 
 def test_a_filesystem_pvc_is_its_disk_img_created_sparse_at_kubevirts_size() -> None:
-    body = with_status(vmi(disks=[virtio("data")], volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}]),
+    body = with_status(vmi(disks=[virtio("data")],
+                           volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}]),
                        pvc_status("data", capacity="10Gi", request="5000Mi"))
     disk, made, _ = one(body)
     assert disk == {"id": "data", "path": "/p/vmi-disks/data/disk.img", "image_type": "Raw"}
@@ -130,7 +147,8 @@ def test_a_mounted_hotplugged_volume_is_a_disk_at_virt_handlers_hotplug_path(sou
 
 @pytest.mark.parametrize("status", [None, "Bound", "Pending", "AttachedToNode"])
 def test_a_hotplugged_volume_not_yet_mounted_into_the_pod_is_not_attached(status: str | None) -> None:
-    body = vmi(disks=[virtio("d"), virtio("boot")], volumes=[{"name": "d", **HOTPLUG_SOURCES[0]}, container_disk("boot")])
+    body = vmi(disks=[virtio("d"), virtio("boot")],
+               volumes=[{"name": "d", **HOTPLUG_SOURCES[0]}, container_disk("boot")])
     if status is not None:
         body = with_status(body, hotplug_status("d", phase=status))
     verdict = run(body, env())
@@ -151,7 +169,8 @@ def test_virtctl_addvolumes_defaults_scsi_and_a_long_serial_are_degraded_on_a_ho
 
 
 def test_a_hotplugged_lun_is_still_refused_naming_the_field() -> None:
-    body = with_status(vmi(disks=[{"name": "d", "lun": {"bus": "scsi"}}], volumes=[{"name": "d", **HOTPLUG_SOURCES[0]}]),
+    body = with_status(vmi(disks=[{"name": "d", "lun": {"bus": "scsi"}}],
+                           volumes=[{"name": "d", **HOTPLUG_SOURCES[0]}]),
                        hotplug_status("d"))
     assert "spec.domain.devices.disks[0].lun" in fields(run(body, env()).problems)
 
@@ -304,7 +323,8 @@ def test_a_disk_without_its_volume_is_reported_by_name() -> None:
     ({"name": "d", "lun": {}}, "spec.domain.devices.disks[0].lun"),
     ({"name": "d", "floppy": {}}, "spec.domain.devices.disks[0].floppy"),
     ({"name": "d", "disk": {"bus": "scsi"}}, "spec.domain.devices.disks[0].disk.bus"),
-    ({"name": "d", "disk": {"bus": "virtio", "pciAddress": "0000:00:05.0"}}, "spec.domain.devices.disks[0].disk.pciAddress"),
+    ({"name": "d", "disk": {"bus": "virtio", "pciAddress": "0000:00:05.0"}},
+     "spec.domain.devices.disks[0].disk.pciAddress"),
     ({"name": "d", "blockSize": {"custom": {"logical": 4096, "physical": 4096}}},
      "spec.domain.devices.disks[0].blockSize.custom"),
     ({"name": "d", "serial": "x" * 21}, "spec.domain.devices.disks[0].serial"),
@@ -376,7 +396,8 @@ def test_a_serial_of_twenty_bytes_fits() -> None:
 def test_writethrough_and_error_policies_are_warnings() -> None:
     verdict = run(vmi(disks=[virtio("d", cache="writethrough", errorPolicy="stop")], volumes=[container_disk("d")]))
     assert verdict.allowed
-    assert fields(verdict.warnings) == ["spec.domain.devices.disks[0].cache", "spec.domain.devices.disks[0].errorPolicy"]
+    assert fields(verdict.warnings) == ["spec.domain.devices.disks[0].cache",
+                                        "spec.domain.devices.disks[0].errorPolicy"]
 
 
 def test_a_shareable_disk_uses_direct_io_and_warns_about_locking() -> None:
@@ -398,7 +419,8 @@ def test_boot_order_puts_the_boot_disk_first_so_the_firmware_boots_it() -> None:
 def test_a_boot_order_used_twice_is_invalid() -> None:
     body = vmi(disks=[virtio("a", bootOrder=1), virtio("b", bootOrder=1)], volumes=[container_disk("a"),
                                                                                     container_disk("b")])
-    assert "already used by spec.domain.devices.disks[0]" in problem(run(body), "spec.domain.devices.disks[1].bootOrder").message
+    assert "already used by spec.domain.devices.disks[0]" \
+        in problem(run(body), "spec.domain.devices.disks[1].bootOrder").message
 
 
 def test_ssh_keys_propagated_through_no_cloud_go_into_the_cloud_init_iso() -> None:
@@ -410,7 +432,8 @@ def test_ssh_keys_propagated_through_no_cloud_go_into_the_cloud_init_iso() -> No
 
 
 @pytest.mark.parametrize("cred, field", [
-    ({"sshPublicKey": {"source": {"secret": {"secretName": "k"}}, "propagationMethod": {"qemuGuestAgent": {"users": ["a"]}}}},
+    ({"sshPublicKey": {"source": {"secret": {"secretName": "k"}},
+                       "propagationMethod": {"qemuGuestAgent": {"users": ["a"]}}}},
      "spec.accessCredentials[0].sshPublicKey.propagationMethod.qemuGuestAgent"),
     ({"userPassword": {"source": {"secret": {"secretName": "k"}}, "propagationMethod": {"qemuGuestAgent": {}}}},
      "spec.accessCredentials[0].userPassword"),

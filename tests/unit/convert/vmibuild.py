@@ -8,6 +8,7 @@ from typing import Any
 from ch_launcher.convert import LauncherEnv, LauncherOptions, PodFacts, Verdict, check
 from ch_launcher.convert.context import Translation
 from ch_launcher.kubevirt.vmi import parse_vmi
+from tests.builders import new_vmi, with_devices, with_domain, with_memory, with_spec, with_uid
 
 UID = "0b6e5e36-7e0c-4c1a-9d4e-000000000003"
 FIRMWARE_UUID = "5d307ca9-b3ef-428c-8861-06e72d69f223"
@@ -15,21 +16,16 @@ FIRMWARE_UUID = "5d307ca9-b3ef-428c-8861-06e72d69f223"
 
 def vmi(domain: dict[str, Any] | None = None, volumes: list[dict[str, Any]] | None = None,
         disks: list[dict[str, Any]] | None = None, **spec: Any) -> dict[str, Any]:
-    """A VMI with 1Gi of memory, no NICs, and the given domain fields, disks and volumes."""
-    d: dict[str, Any] = {"memory": {"guest": "1Gi"},
-                          "devices": {"autoattachPodInterface": False, "autoattachGraphicsDevice": False}}
-    for key, value in (domain or {}).items():
-        if key == "devices":
-            d["devices"] = {**d["devices"], **value}
-        else:
-            d[key] = value
-    if disks is not None:
-        d["devices"] = {**d["devices"], "disks": disks}
-    return {
-        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-        "metadata": {"name": "testvmi", "namespace": "default", "uid": UID},
-        "spec": {"domain": d, "volumes": volumes or [], **spec},
-    }
+    """A VMI with 1Gi of memory, no NICs, and the given domain fields (`devices` merges into the
+    devices), disks, volumes and spec fields."""
+    domain = dict(domain or {})
+    return new_vmi(
+        "testvmi", with_uid(UID), with_memory("1Gi"),
+        with_devices(autoattachPodInterface=False, autoattachGraphicsDevice=False),
+        with_devices(**domain.pop("devices", {})), with_domain(**domain),
+        *([with_devices(disks=disks)] if disks is not None else []),
+        with_spec(volumes=volumes or [], **spec),
+    )
 
 
 def container_disk(name: str = "rootdisk") -> dict[str, Any]:

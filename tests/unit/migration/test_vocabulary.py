@@ -11,6 +11,7 @@ from ch_launcher.kubevirt import migration as km
 from ch_launcher.kubevirt.domain import DomainView, LifeCycle, Reason, domain_dict
 from ch_launcher.kubevirt.vmi import parse_vmi
 from ch_launcher.kubevirt.vmi_status import MigrationPeerState, MigrationState
+from tests.builders import new_vmi, with_memory, with_namespace, with_status, with_uid
 
 VIRT_HANDLER_DEFAULTS = {
     "Bandwidth": "0", "ProgressTimeout": 150, "CompletionTimeoutPerGiB": 150, "MaxDowntimeMs": 900,
@@ -26,8 +27,8 @@ def test_virt_handlers_default_options_map_to_cloud_hypervisors_send_migration()
         "destination_url": "unix:/p/out.sock", "connections": 1, "downtime_ms": 900, "timeout_s": 450,
         "timeout_strategy": "Cancel"}
     assert options.degradations() == [
-        "ParallelMigrationThreads=8: one connection (Cloud Hypervisor opens several only over tcp: URLs; "
-        "KubeVirt's proxies carry unix sockets)"]
+        ("ParallelMigrationThreads=8: one connection (Cloud Hypervisor opens several only over tcp: URLs; "
+         "KubeVirt's proxies carry unix sockets)")]
 
 
 def test_workload_disruption_pauses_the_guest_to_finish_and_post_copy_is_degraded():
@@ -105,11 +106,9 @@ GO_PEER_STATE_KEYS = {
 
 def go_vmi(migration_state: dict) -> dict:
     """A VMI during a migration as the API server hands it out (every key as Go's json tags write it)."""
-    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-            "metadata": {"name": "v", "namespace": "ns", "uid": "vmi-uid"},
-            "spec": {"domain": {"memory": {"guest": "64Mi"}, "devices": {}}},
-            "status": {"phase": "Running", "nodeName": "node01", "migrationMethod": "BlockMigration",
-                       "migrationTransport": "Unix", "migrationState": migration_state}}
+    return new_vmi("v", with_namespace("ns"), with_uid("vmi-uid"), with_memory("64Mi"),
+                   with_status(phase="Running", nodeName="node01", migrationMethod="BlockMigration",
+                               migrationTransport="Unix", migrationState=migration_state))
 
 
 # What virt-controller and both virt-handlers have written by the time the source's virt-handler

@@ -10,6 +10,7 @@ import pytest
 from ch_launcher.convert import LauncherEnv, PodFacts, translate
 from ch_launcher.convert.plan import CreateSparseImage, RequireFile, Step
 from ch_launcher.prepare import PreparationError, execute
+from tests.builders import CLOUD_CONFIG, new_vmi, with_empty_disk, with_memory, with_namespace, with_uid, with_volume
 
 
 def layout(root: pathlib.Path) -> LauncherEnv:
@@ -19,11 +20,9 @@ def layout(root: pathlib.Path) -> LauncherEnv:
 
 
 def body() -> dict[str, object]:
-    return {"metadata": {"name": "vm", "namespace": "ns", "uid": "u1"},
-            "spec": {"domain": {"memory": {"guest": "256Mi"},
-                                "devices": {"disks": [{"name": "scratch", "disk": {"bus": "virtio"}}]}},
-                     "volumes": [{"name": "scratch", "emptyDisk": {"capacity": "64Mi"}},
-                                 {"name": "ci", "cloudInitNoCloud": {"userData": "#cloud-config\n"}}]}}
+    return new_vmi("vm", with_namespace("ns"), with_uid("u1"), with_memory("256Mi"),
+                   with_empty_disk("scratch", "64Mi"),
+                   with_volume({"name": "ci", "cloudInitNoCloud": {"userData": CLOUD_CONFIG}}))
 
 
 def test_a_translated_plan_prepares_every_file_its_config_names(tmp_path: pathlib.Path) -> None:

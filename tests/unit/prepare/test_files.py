@@ -16,6 +16,7 @@ import pytest
 from ch_launcher.convert.plan import RequireFile, WaitForSocket
 from ch_launcher.prepare import PreparationError
 from ch_launcher.prepare.files import require_file, wait_for_socket
+from tests.builders import new_vmi, with_devices, with_domain, with_memory, with_namespace, with_uid
 
 FW = "spec.domain.firmware.bootloader"
 
@@ -49,9 +50,8 @@ def test_only_a_missing_efi_firmware_says_the_phrase_that_makes_virt_handler_fai
     from ch_launcher.prepare import execute
 
     bootloader = {"efi": {"secureBoot": False}} if efi else {"bios": {}}
-    vmi = {"metadata": {"name": "v", "namespace": "n", "uid": "u"},
-           "spec": {"domain": {"firmware": {"bootloader": bootloader}, "memory": {"guest": "64Mi"},
-                               "devices": {"autoattachPodInterface": False}}}}
+    vmi = new_vmi("v", with_namespace("n"), with_uid("u"), with_domain(firmware={"bootloader": bootloader}),
+                  with_memory("64Mi"), with_devices(autoattachPodInterface=False))
     plan = translate(vmi, LauncherEnv(firmware_dir=str(tmp_path)))
     with pytest.raises(PreparationError) as e:
         execute(plan)
