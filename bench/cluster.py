@@ -12,7 +12,13 @@ images built with `make images`), against a plain pod of the same images in the 
   until `kubectl wait` sees it Ready; then `kubectl delete pod` until it is gone.
 
 p50 (and max) over N rounds of each, interleaved; the ratio VMI / pod is KubeVirt's and the
-launcher's share of starting and stopping a VM on a node. Where the node cannot run (no
+launcher's share of starting and stopping a VM on a node.
+
+Then **at once** (tests/cluster/load.py): 1, 10 and 20 VMIs in one `kubectl create`, against as
+many plain pods in one `kubectl create`, each batch deleted before the next: create -> Running
+(pods: Ready) p50 and p99 (nearest rank: with 20, the slowest), each pod's cgroup memory (peak)
+against its memory request (the plain pods request none), and virt-handler's CPU over 20 s while
+the batch idles. Where the node cannot run (no
 ../shared beside the checkout, not root, a tool missing), it says why and exits 0, as the other
 benchmarks do.
 
@@ -30,36 +36,16 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.cluster.images import ADMISSION_IMAGE, DISK_IMAGE, LAUNCHER_IMAGE, Builder, missing  # noqa: E402
+from tests.cluster.images import ADMISSION_IMAGE, LAUNCHER_IMAGE, Builder, missing  # noqa: E402
+from tests.cluster.load import cpu_share, create_at_once, delete_batch, host_pid, plain_pod, pod_memory, pods_of  # noqa: E402
 from tests.cluster.node import NodeCluster, unavailable  # noqa: E402
 from tests.cluster.objects import annotated_vmi  # noqa: E402
 
 TIMEOUT = "120s"
-
-
-def plain_pod(name: str, virt_launcher_image: str) -> dict[str, Any]:
-    """A pod of the launcher pod's images and shape, with nothing of KubeVirt's in it."""
-    idle = ["/bin/sh", "-c", "trap 'exit 0' TERM; sleep infinity & wait"]  # PID 1: no default SIGTERM
-    volumes = [{"name": "init", "emptyDir": {}}, {"name": "disks", "emptyDir": {}}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 30, "volumes": volumes,
-                     "securityContext": {"runAsUser": 107, "runAsGroup": 107, "runAsNonRoot": True},
-                     "initContainers": [{"name": "container-disk-binary", "image": virt_launcher_image,
-                                         "command": ["/usr/bin/cp", "/usr/bin/container-disk",
-                                                     "/init/container-disk"],
-                                         "volumeMounts": [{"name": "init", "mountPath": "/init"}]}],
-                     "containers": [
-                         {"name": "compute", "image": LAUNCHER_IMAGE, "command": idle},
-                         {"name": "guest-console-log", "image": virt_launcher_image, "command": idle},
-                         {"name": "volumecontainerdisk", "image": DISK_IMAGE,
-                          "command": ["/init/container-disk", "--copy-path", "/disks/disk_0"],
-                          "volumeMounts": [{"name": "init", "mountPath": "/init"},
-                                           {"name": "disks", "mountPath": "/disks"}]}]}}
 
 
 def timed(cluster: NodeCluster, *steps: tuple[str, ...], stdin: str | None = None) -> float:
@@ -88,6 +74,35 @@ def pod_round(cluster: NodeCluster, name: str) -> tuple[float, float]:
     down = timed(cluster, ("delete", "pod", name, "--wait=false"),
                  ("wait", "--for=delete", f"pod/{name}", f"--timeout={TIMEOUT}"))
     return up, down
+
+
+MiB = 1 << 20
+
+
+def at_once(cluster: NodeCluster, counts: tuple[int, ...] = (1, 10, 20), idle: float = 20) -> None:
+    """The module docstring's "at once" part, printed as a table."""
+    handler = host_pid(cluster, "virt-handler")
+    print(f"\nat once (load average {os.getloadavg()[0]:.1f}); virt-handler alone: "
+          f"{cpu_share(handler, idle):.1%} of a CPU")
+    print(f"{'':9} {'create -> running p50 / p99 s':>30} {'pod peak MiB min-max':>22} {'request MiB':>12} "
+          f"{'virt-handler CPU':>17}")
+    rows: dict[tuple[str, int], tuple[float, float, float]] = {}
+    for count in counts:
+        for kind in ("vmi", "pod"):
+            batch = create_at_once(cluster, kind, count, f"{kind}-at-once-{count}", timeout=600)
+            try:
+                memory = [pod_memory(cluster, pod) for pod in pods_of(cluster, batch)]
+                cpu = cpu_share(handler, idle)
+            finally:
+                delete_batch(cluster, batch, timeout=600)
+            peaks = [m.peak / MiB for m in memory]
+            rows[kind, count] = (batch.p50, batch.p99, statistics.median(peaks))
+            print(f"{count:3} {kind + 's':5} {batch.p50:17.1f} / {batch.p99:5.1f} {min(peaks):14.0f}-{max(peaks):<7.0f}"
+                  f"{memory[0].request / MiB:12.0f} {cpu:16.1%}")
+    for count in counts:
+        vmi, pod = rows["vmi", count], rows["pod", count]
+        print(f"ratio VMI / pod, {count:2} at once: create -> running p50 {vmi[0] / pod[0]:.2f}x, "
+              f"p99 {vmi[1] / pod[1]:.2f}x; median pod peak memory {vmi[2] / pod[2]:.2f}x")
 
 
 def main() -> int:
@@ -119,6 +134,7 @@ def main() -> int:
             print(f"{kind:6} {p50[kind][0]:22.2f} ({max(ups):5.2f}) {p50[kind][1]:24.2f} ({max(downs):5.2f})")
         print(f"ratio VMI / pod at p50: create -> Running {p50['VMI'][0] / p50['pod'][0]:.2f}x, "
               f"delete -> pod gone {p50['VMI'][1] / p50['pod'][1]:.2f}x")
+        at_once(cluster)
     finally:
         cluster.close()
     return 0

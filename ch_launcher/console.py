@@ -7,6 +7,7 @@ dials `virt-serial0` inside the pod, and the `guest-console-log` container tails
 
     guest UART ── CH serial socket ──(our one connection)── SerialConsole ── virt-serial0 ── client
                                                                   └─ append ─ virt-serial0-log
+                                                                     (rotated as virtlogd does it: serial_log.py)
 
 - Our connection to CH stays up while clients come and go, so everything the guest prints
   reaches the log even when nobody is attached, and a client detaching never touches the VM.
@@ -25,6 +26,8 @@ import asyncio
 import contextlib
 import logging
 import os
+
+from ch_launcher.serial_log import RotatingLog
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +76,7 @@ class SerialConsole:
         self.console_socket = console_socket
         self.log_file = log_file
         self._server: asyncio.base_events.Server | None = None
-        self._log_fd: int | None = None
+        self._log: RotatingLog | None = None
         self._client: asyncio.StreamWriter | None = None
         self._client_task: asyncio.Task[None] | None = None
         self._vmm_reader: asyncio.StreamReader | None = None
@@ -90,8 +93,8 @@ class SerialConsole:
             os.makedirs(os.path.dirname(self.console_socket) or ".", exist_ok=True)
             if self.log_file:
                 os.makedirs(os.path.dirname(self.log_file) or ".", exist_ok=True)
-                self._log_fd = os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-                                       0o644)
+                self._log = RotatingLog(self.log_file)
+                self._log.open()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.console_socket)
             self._server = await asyncio.start_unix_server(self._on_client, path=self.console_socket)
@@ -139,9 +142,9 @@ class SerialConsole:
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
             with contextlib.suppress(OSError):
                 os.unlink(self.console_socket)
-        if self._log_fd is not None:
-            os.close(self._log_fd)
-            self._log_fd = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     @property
     def vmm_attached(self) -> bool:
@@ -169,10 +172,10 @@ class SerialConsole:
             log.info("the VMM closed its serial socket")
 
     def _write_log(self, data: bytes) -> None:
-        if self._log_fd is None:
+        if self._log is None:
             return
         try:
-            os.write(self._log_fd, data)  # local file, O_APPEND: short and atomic enough
+            self._log.write(data)  # a local file: short writes
         except OSError as e:  # a full disk must not stop the console
             log.warning("cannot append to the serial log %s: %s", self.log_file, e)
 

@@ -59,3 +59,4 @@ def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeClust
         yield cluster
     finally:
         cluster.close()
+

@@ -40,6 +40,7 @@ from typing import Any
 
 from tests.apiserver.cluster import EPIP, SHARED_K8S, Cluster, ClusterError, Run
 from tests.cluster.images import UNPACK, Archive, Images
+from tests.cluster.watch import Watch
 from tests.manifests.render import REPO
 from tests.netns import pid_alive, sweep_stale_namespaces
 
@@ -389,6 +390,49 @@ class NodeCluster(Cluster):
         if len(found) != 1:
             raise ClusterError(f"no single memory cgroup for {container} of {pod['metadata']['name']}: {found}")
         return found[0]
+
+    # --- faults, load and more nodes (tests/cluster/test_faults.py, test_load.py, test_two_nodes.py) --
+
+    def dir_of(self, node: str) -> Path:
+        """node-up.sh's files of `node`: `RUN/node` for the first node, `RUN/node-NAME` for the others."""
+        return self.node_dir if node == "node01" else self.run_dir / f"node-{node}"
+
+    def kill(self, component: str, signal: str = "KILL", node: str = "node01") -> str:
+        """`node-kill.sh COMPONENT SIGNAL` on `node`: killed inside the node, returns once its keeper
+        has started it again (node-kill.sh's line). ClusterError if it does not come back."""
+        env = {} if node == "node01" else {"NODE_NAME": node}
+        return self._node_script("node-kill.sh", component, signal, env=env, timeout=60).strip()
+
+    def processes(self, pod: dict[str, Any], container: str = "compute") -> dict[str, list[int]]:
+        """The processes of `container` of `pod` (host PIDs, from its memory cgroup), by their
+        comm (`ch-launcher`, `cloud-hyperviso`: the kernel keeps 15 characters)."""
+        found: dict[str, list[int]] = {}
+        for pid in self.memory_cgroup(pod, container).joinpath("cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                found.setdefault(Path(f"/proc/{pid}/comm").read_text().strip(), []).append(int(pid))
+        return found
+
+    def serial_log(self, pod: dict[str, Any]) -> str:
+        """What the pod's `guest-console-log` container (KubeVirt's virt-tail) printed: the guest's serial log."""
+        return self.ok("logs", pod["metadata"]["name"], "-c", "guest-console-log")
+
+    def boots(self, pod: dict[str, Any], marker: str = "KCH-GUEST-READY") -> int:
+        """How many times the guest of `pod` booted (the tiny guest prints `marker` at every boot),
+        from its serial log once that shows a first boot: virt-tail prints a line some time after
+        the guest wrote it, and right after a restart kubelet answers 404 for a pod it has not
+        synced yet. ClusterError when no boot shows within 30 s."""
+        name = pod["metadata"]["name"]
+
+        def booted() -> int:
+            r = self.kubectl("logs", name, "-c", "guest-console-log")
+            return r.out.count(marker) if r.rc == 0 else 0
+        found: int = self.wait_for(booted, f"a boot in {name}'s serial log", timeout=30, every=1)
+        return found
+
+    def watch(self, kind: str, *names: str, columns: str = "NAME:.metadata.name,PHASE:.status.phase") -> Watch:
+        """`kubectl get KIND NAMES --watch` with `columns`, running until `Watch.close()`."""
+        return Watch(["ip", "netns", "exec", self.netns, self.kubectl_path, "get", kind, *names, "--watch",
+                      "--no-headers", "-o", f"custom-columns={columns}"], self._env())
 
     @staticmethod
     def path_in(pid: str | int, path: str) -> Path:

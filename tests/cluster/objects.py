@@ -23,3 +23,11 @@ def annotated_vmi(name: str) -> dict[str, Any]:
                      "volumes": [{"name": "containerdisk", "containerDisk": {"image": DISK_IMAGE}},
                                  {"name": "cloudinitdisk",
                                   "cloudInitNoCloud": {"userData": "#cloud-config\npassword: ch\n"}}]}}
+
+
+def annotated_vm(name: str, run_strategy: str = "Always") -> dict[str, Any]:
+    """A VirtualMachine whose template is `annotated_vmi(name)` (the annotation on the template)."""
+    vmi = annotated_vmi(name)
+    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": name},
+            "spec": {"runStrategy": run_strategy,
+                     "template": {"metadata": {"annotations": vmi["metadata"]["annotations"]}, "spec": vmi["spec"]}}}

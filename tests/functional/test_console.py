@@ -268,8 +268,35 @@ async def test_a_client_that_never_reads_does_not_stall_the_log(sockdir: str) ->
             s.ch.guest_prints(chunk)
             await asyncio.sleep(0)
         expected = len(BOOT_LOG) + 64 * len(chunk)
-        await wait_for(lambda: os.path.getsize(s.log_path) == expected, timeout=15)
+        await wait_for(lambda: logged_size(s.log_path) == expected, timeout=15)
         writer.close()
+
+
+def logged_size(log_path: str) -> int:
+    """Bytes in the serial log and its rotated backups."""
+    return sum(os.path.getsize(p) for p in [log_path, *(f"{log_path}.{i}" for i in range(3))] if os.path.exists(p))
+
+
+@run
+async def test_a_guest_that_floods_its_console_leaves_a_log_as_bounded_as_virtlogds(sockdir: str) -> None:
+    """9 MiB of numbered lines: the log and its three backups keep the last lines, whole, at
+    most 2 MiB each (virtlogd's defaults), and virt-tail's file is a fresh one."""
+    async with Setup(sockdir) as s:
+        lines = [b"line %07d %s\r\n" % (i, b"x" * (i % 97)) for i in range(150_000)]
+        total = sum(map(len, lines))
+        assert total > 9 << 20
+        await wait_for(lambda: s.ch.current is not None)
+        for i in range(0, len(lines), 500):
+            s.ch.guest_prints(b"".join(lines[i:i + 500]))
+            await asyncio.sleep(0)
+        await wait_for(lambda: read_file(s.log_path).endswith(lines[-1]), timeout=20)
+        files = [f"{s.log_path}.{i}" for i in (2, 1, 0)] + [s.log_path]
+        sizes = [os.path.getsize(f) for f in files]
+        assert all(size <= 2 << 20 for size in sizes) and sum(sizes) > 6 << 20, sizes
+        assert not os.path.exists(f"{s.log_path}.3")
+        kept = b"".join(read_file(f) for f in files)
+        assert (BOOT_LOG + b"".join(lines)).endswith(kept)  # the newest bytes, in order
+        assert all(read_file(f).endswith(b"\r\n") for f in files[:-1])  # cut after a line
 
 
 @run

@@ -44,10 +44,13 @@ COMMANDS = {
     "emulation-failure": (b"e", b"KCH-GUEST-EMULATION-FAILURE"),
     "ignore-eject": (b"x", b"KCH-GUEST-IGNORING-EJECT"),
     "honour-eject": (b"y", b"KCH-GUEST-HONOURING-EJECT"),
+    "flood": (b"f", b"KCH-GUEST-FLOODING"),  # the same letter stops it: FLOOD_STOPPED
 }
 NO_PVPANIC = b"KCH-GUEST-NO-PVPANIC"
 POWER_BUTTON = b"KCH-GUEST-POWER-BUTTON\r\n"
 POWER_BUTTON_IGNORED = b"KCH-GUEST-POWER-BUTTON-IGNORED"
+FLOOD_LINE = b"KCH-GUEST-FLOOD 0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ\r\n"  # 80 bytes
+FLOOD_STOPPED = b"KCH-GUEST-FLOOD-STOPPED"
 # hotplug lines, each followed by "<segment>:<slot>" (PCI) or "<vCPU id>" (CPU) and "\r\n"
 PCI_ADDED = b"KCH-GUEST-PCI-ADDED "
 PCI_EJECT = b"KCH-GUEST-PCI-EJECT "

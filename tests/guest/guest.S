@@ -21,6 +21,10 @@
  *     ~x  KCH-GUEST-IGNORING-EJECT   ignores hot-unplug requests (PCI devices, vCPUs) from now on
  *                                    (until the next boot): it acknowledges them but never ejects
  *     ~y  KCH-GUEST-HONOURING-EJECT  ejects again what is asked from now on
+ *     ~f  KCH-GUEST-FLOODING         prints KCH-GUEST-FLOOD lines without pause (80 bytes each),
+ *                                    reading COM1 between lines, until ~f again: then
+ *                                    KCH-GUEST-FLOOD-STOPPED and it idles (other commands act
+ *                                    meanwhile; the power button waits until the flood ends)
  *     ~h  KCH-GUEST-HELLO            nothing else: tells a client the guest is up and hears it
  *     ~e  KCH-GUEST-EMULATION-FAILURE  jumps to an address that is not RAM, so the vCPU fails
  *                                    (KVM cannot fetch instructions from MMIO: KVM_EXIT_INTERNAL_ERROR,
@@ -367,6 +371,8 @@ command:
     je cmd_ignore_eject
     cmp $'y', %al
     je cmd_honour_eject
+    cmp $'f', %al
+    je cmd_flood
     mov $msg_unknown, %esi
     jmp puts
 
@@ -416,6 +422,26 @@ cmd_honour_acpi:
 
 cmd_hello:
     mov $msg_hello, %esi
+    jmp puts
+
+/* cmd_flood: a console flood. Started, it loops here with interrupts off (reached from
+   isr_serial or from the boot's serial_poll), polling COM1 between lines; a second ~f, read by
+   that poll, clears `flooding` and the loop ends like a handler: EOI, then idle. */
+cmd_flood:
+    cmpb $0, flooding
+    jne 2f
+    movb $1, flooding
+    mov $msg_flooding, %esi
+    call puts
+1:  mov $msg_flood_line, %esi
+    call puts
+    call serial_poll
+    cmpb $0, flooding
+    jne 1b
+    call eoi
+    jmp idle
+2:  movb $0, flooding
+    mov $msg_flood_stopped, %esi
     jmp puts
 
 /* The 32-bit device area (0xc0000000 + 640 MiB: PCI BARs, never RAM; cloud-hypervisor
@@ -939,6 +965,9 @@ msg_no_pvpanic:            .asciz "KCH-GUEST-NO-PVPANIC\r\n"
 msg_ignoring_acpi:         .asciz "KCH-GUEST-IGNORING-ACPI\r\n"
 msg_honouring_acpi:        .asciz "KCH-GUEST-HONOURING-ACPI\r\n"
 msg_hello:                 .asciz "KCH-GUEST-HELLO\r\n"
+msg_flooding:              .asciz "KCH-GUEST-FLOODING\r\n"
+msg_flood_line:            .asciz "KCH-GUEST-FLOOD 0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ\r\n"
+msg_flood_stopped:         .asciz "KCH-GUEST-FLOOD-STOPPED\r\n"
 msg_emulation_failure:     .asciz "KCH-GUEST-EMULATION-FAILURE\r\n"
 msg_unknown:               .asciz "KCH-GUEST-UNKNOWN-COMMAND\r\n"
 msg_power_button:          .asciz "KCH-GUEST-POWER-BUTTON\r\n"
@@ -977,6 +1006,7 @@ cur_cpu:     .long 0
 tilde:       .byte 0
 ignore_acpi: .byte 0
 ignore_eject: .byte 0
+flooding:    .byte 0
 ged_events:  .byte 0
 exception_vector: .byte 0
 cpu_status:  .byte 0

@@ -26,6 +26,8 @@ from tests.guest.console import (
     CPU_ADDED,
     CPU_EJECT,
     CPU_EJECT_IGNORED,
+    FLOOD_LINE,
+    FLOOD_STOPPED,
     PCI_ADDED,
     PCI_EJECT,
     PCI_EJECT_IGNORED,
@@ -189,6 +191,26 @@ def test_panic_signals_the_pvpanic_device_and_the_guest_runs_on(new_guest):
     assert event.properties == {"event": "panic"}
     g.console.command("hello")
     assert g.vmm.client.info().state == "Running"
+
+
+def test_a_flood_prints_without_pause_until_told_to_stop_and_the_guest_idles_again(new_guest):
+    g = new_guest()
+    g.console.hello()
+    g.console.command("flood")
+    start = time.monotonic()
+    while time.monotonic() - start < 1.0:
+        g.console._read(start + 1.0)
+    lines = g.console.seen.count(FLOOD_LINE)  # each byte is a port write the VMM handles (on PVM: emulated)
+    assert lines > 20, g.console.seen[-400:]
+    g.console.send(b"~f")  # read between two lines: the flood stops
+    g.console.read_until(FLOOD_STOPPED)
+    g.console.read_until(b"\r\n")
+    assert g.console.command("hello").endswith(COMMANDS["hello"][1])
+    assert FLOOD_LINE not in g.console.seen
+    print(f"\nflood: {lines} lines ({lines * len(FLOOD_LINE) / 1024:.1f} KiB) in 1 s")
+    before = cpu_seconds(g.vmm.pid)  # idle again: interrupts on, hlt
+    time.sleep(1.0)
+    assert cpu_seconds(g.vmm.pid) - before < 0.1
 
 
 def test_panic_without_a_pvpanic_device_says_so(new_guest):
