@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import pathlib
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -45,7 +47,12 @@ def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeClust
     reason = unavailable() or missing()
     if reason:
         pytest.skip(reason)
-    cluster = NodeCluster(tmp_path_factory.mktemp("cluster"))
+    # The nodes' unix sockets live under the cluster's directory, and a socket's path holds at most
+    # 107 bytes: under pytest-xdist (`popen-gwN/` more) node02's containerd.sock.ttrpc had 110 and
+    # its containerd failed at every start. The cluster works through a short link to its directory.
+    short = pathlib.Path(tempfile.mkdtemp(prefix="kc", dir="/tmp")) / "c"
+    short.symlink_to(tmp_path_factory.mktemp("cluster"), target_is_directory=True)
+    cluster = NodeCluster(short)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         built = pool.submit(Builder().build)  # the images build while the cluster starts
         try:
@@ -54,9 +61,11 @@ def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeClust
             cluster.install()
         except BaseException:
             cluster.close()
+            shutil.rmtree(short.parent)
             raise
     try:
         yield cluster
     finally:
         cluster.close()
+        shutil.rmtree(short.parent)  # the link only: the directory stays with pytest's others
 
