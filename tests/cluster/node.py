@@ -177,17 +177,14 @@ class NodeCluster(Cluster):
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self._env(), timeout=timeout,
                               check=False)
 
-    def _node_script(self, name: str, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
+    def node_script(self, name: str, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
+        """`../shared/k8s/NAME ARGS` with `env` added, on the node's side of the network (node-up.sh,
+        node-import.sh, node-kill.sh, node-down.sh of either node); ClusterError with its output if it fails."""
         argv = ["env", *(f"{k}={v}" for k, v in (env or {}).items()), "bash", str(SHARED_K8S / name), *args]
         proc = self._on_node_side(argv, timeout=timeout)
         if proc.returncode != 0:
             raise ClusterError(f"../shared/k8s/{name} failed ({proc.returncode}):\n{proc.stdout}")
         return proc.stdout
-
-    def node_script(self, name: str, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
-        """`../shared/k8s/NAME ARGS` with `env` added, on the node's side of the network (for a
-        second node's node-up.sh, node-import.sh, node-down.sh); ClusterError with its output if it fails."""
-        return self._node_script(name, *args, env=env, timeout=timeout)
 
     # --- set-up ---------------------------------------------------------------------------
 
@@ -196,11 +193,11 @@ class NodeCluster(Cluster):
         self.start_control_plane(kubevirt_spec=KUBEVIRT_SPEC)  # sweeps stale namespaces (and their nodes) first
         sweep_stale_cgroups()
         self.node_up = True  # from here on, close() runs node-down.sh
-        self._node_script("node-up.sh", env={"LAUNCHER_IMAGE": self.launcher_image()})
+        self.node_script("node-up.sh", env={"LAUNCHER_IMAGE": self.launcher_image()})
 
     def load_images(self, images: Images) -> None:
         """Step 3: `node-import.sh` of every archive; `imported` maps each name to its digest reference."""
-        out = self._node_script("node-import.sh", *(str(a.path) for a in images.all()))
+        out = self.node_script("node-import.sh", *(str(a.path) for a in images.all()))
         for line in out.splitlines():
             name, _, reference = line.partition(" ")
             if reference:
@@ -401,7 +398,7 @@ class NodeCluster(Cluster):
         """`node-kill.sh COMPONENT SIGNAL` on `node`: killed inside the node, returns once its keeper
         has started it again (node-kill.sh's line). ClusterError if it does not come back."""
         env = {} if node == "node01" else {"NODE_NAME": node}
-        return self._node_script("node-kill.sh", component, signal, env=env, timeout=60).strip()
+        return self.node_script("node-kill.sh", component, signal, env=env, timeout=60).strip()
 
     def processes(self, pod: dict[str, Any], container: str = "compute") -> dict[str, list[int]]:
         """The processes of `container` of `pod` (host PIDs, from its memory cgroup), by their
