@@ -13,6 +13,7 @@ import pathlib
 import pytest
 
 from tests.apiserver.cluster import Cluster, unavailable
+from tests.xdist_groups import skip_where_the_group_was_lost
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -26,15 +27,7 @@ def pytest_collection_modifyitems(config, items):
         group = "apiserver" if "cluster" in item.fixturenames else f"apiserver-{item.path.stem}"
         item.add_marker(pytest.mark.xdist_group(group))
     result = yield
-    # A pytest-xdist worker with `--dist loadgroup` suffixes each grouped test's id with its group.
-    # Some pytest versions silently lose that, and then every worker would start its own control
-    # plane: such a test skips instead, which tests/conftest.py reports as a failure with ../shared.
-    if getattr(config.option, "loadgroup", False):
-        for item in mine:
-            if "@" not in item.nodeid:
-                item.add_marker(pytest.mark.skip(reason="pytest-xdist ignored its xdist_group: this pytest breaks "
-                                                        "--dist loadgroup (pytest-xdist#1386); install the "
-                                                        "versions pyproject.toml allows"))
+    skip_where_the_group_was_lost(config, mine)
     return result
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from tests.cluster.images import Builder, missing
 from tests.cluster.node import NodeCluster, unavailable
+from tests.xdist_groups import skip_where_the_group_was_lost
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -30,13 +31,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.timeout(900))
         item.add_marker(pytest.mark.xdist_group("cluster"))
     result = yield
-    # as in tests/apiserver/conftest.py: a pytest that loses the group would start a cluster per worker
-    if getattr(config.option, "loadgroup", False):
-        for item in mine:
-            if "@" not in item.nodeid:
-                item.add_marker(pytest.mark.skip(reason="pytest-xdist ignored its xdist_group: this pytest breaks "
-                                                        "--dist loadgroup (pytest-xdist#1386); install the "
-                                                        "versions pyproject.toml allows"))
+    skip_where_the_group_was_lost(config, mine)
     return result
 
 
