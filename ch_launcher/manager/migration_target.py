@@ -23,7 +23,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ch_launcher.kubevirt import migration as km
 from ch_launcher.kubevirt.domain import now_rfc3339
@@ -272,14 +272,18 @@ class Incoming:
             self.relay.close()
 
 
-def _adopt_macs(plan: Plan | None, config: Any) -> None:
+def _adopt_macs(plan: Plan | None, config: dict[str, object]) -> None:
     """After a migration the guest keeps the MACs it had: the configuration the source sent.
-    DHCP must answer those, not the ones this pod would have chosen."""
-    if plan is None or not isinstance(config, dict):
+    The plan takes them everywhere it names a NIC's MAC: the DHCP server answers them, the Domain
+    shows them, and a VM made afresh from the plan (a soft reboot's `vm.create`) has them, not
+    the ones this pod would have chosen."""
+    nets = config.get("net")
+    if plan is None or not isinstance(nets, list):
         return
-    nets = config.get("net") or []
     macs = {n["id"]: n["mac"] for n in nets if isinstance(n, dict) and n.get("id") and n.get("mac")}
     if not macs:
         return
     plan.dhcp = [replace(spec, mac=macs.get(spec.interface, spec.mac)) for spec in plan.dhcp]
     plan.interfaces = [replace(i, mac=macs.get(i.alias, i.mac)) for i in plan.interfaces]
+    if plan.config.net:
+        plan.config.net = [n.model_copy(update={"mac": macs.get(n.id or "", n.mac)}) for n in plan.config.net]
