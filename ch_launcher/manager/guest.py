@@ -37,12 +37,14 @@ class GuestServices:
         self.settings = settings
         self._console: SerialConsole | None = None
         self._dhcp: DhcpHandle | None = None
+        self._serving = False  # started for a plan and not stopped since: what a restart serves again
         self._attach: asyncio.Task[None] | None = None
 
     async def start(self, plan: Plan, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
         """Listen on the console socket and serve DHCP (idempotent). Raises CommandFailed."""
         await self._start_console(plan, vmi, options)
         self._start_dhcp(plan, vmi)
+        self._serving = True
 
     async def _start_console(self, plan: Plan, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
         if self._console is not None or not plan.serial_socket:
@@ -85,8 +87,10 @@ class GuestServices:
         """Serve `plan.dhcp` as it is now (an interface was hot-plugged or has gone): the server
         is stopped and started again with every lease (stateless: each answers one MAC).
         Raises CommandFailed when it cannot start; then no lease is served until the next
-        restart (the caller restarts with what it served before)."""
-        if vmi is None:
+        restart (the caller restarts with what it served before). Nothing happens once the
+        services were stopped (the VM is gone), until they are started again. The caller holds
+        the manager's lock, so two restarts never interleave."""
+        if vmi is None or not self._serving:
             return
         dhcp, self._dhcp = self._dhcp, None
         if dhcp is not None:
@@ -99,6 +103,8 @@ class GuestServices:
             raise CommandFailed(f"cannot serve DHCP to the guest: {e}") from None
 
     async def stop(self) -> None:
+        """Stop the console and DHCP (idempotent): nothing serves the guest any more."""
+        self._serving = False
         if self._attach is not None:
             self._attach.cancel()
             self._attach = None

@@ -31,14 +31,17 @@ class CommandFailed(Exception):
 
 
 class EventSink(Protocol):
-    """Where Domain and K8s events go (the Notify client, `ch_launcher.notify.Notifier`)."""
+    """Where Domain and K8s events go (the Notify client, `ch_launcher.notify.Notifier`). The
+    `send_*` methods queue the event and return at once, in the order they are called; delivery,
+    its order and its retries are the sink's own."""
 
-    async def send_domain(self, domain_json: str, event_type: str = "MODIFIED") -> None: ...
+    def send_domain(self, domain_json: str, event_type: str = "MODIFIED") -> None: ...
 
-    async def send_k8s_event(self, *, type: str, reason: str, message: str,  # noqa: A002 (Event.type)
-                             namespace: str, name: str, uid: str) -> None: ...
+    def send_k8s_event(self, *, type: str, reason: str, message: str,  # noqa: A002 (Event.type)
+                       namespace: str, name: str, uid: str) -> None: ...
 
-    async def flush(self, timeout: float) -> bool: ...
+    async def flush(self, timeout: float) -> bool:
+        """Wait until everything sent so far is delivered (or `timeout`); True if so."""
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ import tempfile
 
 import pytest
 
-from demo import FAKE_CH
 from tests.builders import with_cpu
+from tests.framework import FAKE_CH
 from tests.functional import kubevirt_runtime as vh
 from tests.functional.harness import Harness, RealVmm, make_vmi
 from tests.functional.pod_fixtures import real_vmm, real_vmm_reason, vmm_info

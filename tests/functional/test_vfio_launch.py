@@ -16,8 +16,8 @@ import resource
 
 import pytest
 
-from demo import FAKE_CH, CommandError
 from tests.builders import with_devices, with_memory, with_memory_request
+from tests.framework import FAKE_CH, CommandError
 from tests.functional import kubevirt_runtime as vh
 from tests.functional.harness import Harness, make_vmi
 from tests.functional.pod_fixtures import real_vmm

@@ -1,5 +1,5 @@
 """The launcher as a real child process, every path it touches under one short root: what the
-demo, the functional tests (`tests/functional/harness.py`) and `bench/launcher.py` start."""
+demo (`make demo`), the functional tests (`tests/functional/harness.py`) and `bench/launcher.py` start."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 FAKE_CH = REPO / "tests" / "fakes" / "fake_cloud_hypervisor.py"
 
 
