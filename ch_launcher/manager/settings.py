@@ -45,15 +45,9 @@ class EventSink(Protocol):
 
 
 @dataclass(frozen=True)
-class ManagerSettings:
-    """Where things live and how long to wait. Every path derives from the launcher's flags."""
+class ManagerSettings(paths.LauncherPaths):
+    """Where things live (the launcher's directories, from its flags) and how long to wait."""
 
-    private_dir: str = paths.PRIVATE_DIR
-    share_dir: str = paths.SHARE_DIR
-    ephemeral_disk_dir: str = paths.EPHEMERAL_DISK_DIR
-    container_disk_dir: str = paths.CONTAINER_DISK_DIR
-    hotplug_disk_dir: str = paths.HOTPLUG_DISK_DIR
-    firmware_dir: str = paths.FIRMWARE_DIR
     ch_binary: str = paths.CH_BINARY
     kvm_device: str = paths.KVM_DEVICE    # the warm-up leaves the VMM to the first Sync while it is not ours
     name: str = ""                        # --name / --namespace / --uid: the VMI until a Sync says more
@@ -72,9 +66,7 @@ class ManagerSettings:
         """The translator's view of these directories (imported late: see HEAVY_MODULES)."""
         from ch_launcher.convert import LauncherEnv
 
-        return LauncherEnv(private_dir=self.private_dir, share_dir=self.share_dir,
-                           ephemeral_disk_dir=self.ephemeral_disk_dir, container_disk_dir=self.container_disk_dir,
-                           hotplug_disk_dir=self.hotplug_disk_dir, firmware_dir=self.firmware_dir, pod=pod)
+        return LauncherEnv(**self.directories(), pod=pod)
 
     @property
     def vmm_paths(self) -> tuple[str, str, str]:
