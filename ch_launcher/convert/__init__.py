@@ -22,7 +22,7 @@ from ch_launcher.convert.context import (
     SMBios,
     Translation,
 )
-from ch_launcher.convert.errors import Degradation, UnsupportedFeature, UnsupportedFeatures
+from ch_launcher.convert.errors import Degradation, UnsupportedFeature, UnsupportedFeatures, naming_field
 from ch_launcher.convert.memory import NoMemoryRequested
 from ch_launcher.convert.plan import Plan
 from ch_launcher.convert.registry import CONFIGURATORS
@@ -30,7 +30,8 @@ from ch_launcher.kubevirt.vmi import InvalidVMI, VirtualMachineInstance, parse_v
 
 __all__ = [
     "Degradation", "LauncherEnv", "LauncherOptions", "NoMemoryRequested", "PermittedHostDevices", "Plan",
-    "PodFacts", "SMBios", "Translation", "UnsupportedFeature", "UnsupportedFeatures", "Verdict", "check", "translate",
+    "PodFacts", "SMBios", "Translation", "UnsupportedFeature", "UnsupportedFeatures", "Verdict", "check",
+    "naming_field", "translate",
 ]
 
 

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ch_launcher.manager import features
 from ch_launcher.manager.pod import read_pod_facts
 from ch_launcher.manager.settings import CommandFailed
-from ch_launcher.manager.view import cause
 
 if TYPE_CHECKING:
     from ch_launcher.convert import LauncherOptions, Plan
@@ -48,7 +47,7 @@ class Planner:
         try:
             return await self._in_worker(features.convert.translate, vmi, env, options)
         except features.convert.UnsupportedFeatures as e:
-            causes = "; ".join(cause(p.field, p.message) for p in e.problems)
+            causes = "; ".join(p.text for p in e.problems)
             raise CommandFailed(f"the VMI cannot run on Cloud Hypervisor: {causes}") from None
 
     async def prepare_files(self, plan: Plan) -> None:
@@ -57,7 +56,8 @@ class Planner:
         try:
             await self._in_worker(functools.partial(prepare.execute, plan, timeout=self.settings.prepare_timeout))
         except prepare.PreparationError as e:
-            raise CommandFailed(f"preparing the VM failed: {cause(e.field, e.message)}") from None
+            why = features.convert.naming_field(e.field, e.message)
+            raise CommandFailed(f"preparing the VM failed: {why}") from None
 
     async def _in_worker(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._work, functools.partial(fn, *args))
