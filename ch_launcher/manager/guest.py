@@ -13,7 +13,7 @@ from ch_launcher.manager import features
 from ch_launcher.manager.settings import CommandFailed, ManagerSettings
 
 if TYPE_CHECKING:
-    from ch_launcher.convert import LauncherOptions, Plan
+    from ch_launcher.convert import LauncherEnv, LauncherOptions, Plan
     from ch_launcher.dhcp.server import DhcpHandle
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
 
@@ -39,6 +39,9 @@ class GuestServices:
         self._dhcp: DhcpHandle | None = None
         self._serving = False  # started for a plan and not stopped since: what a restart serves again
         self._attach: asyncio.Task[None] | None = None
+
+    def _env(self) -> LauncherEnv:
+        return features.convert.LauncherEnv(**self.settings.directories())
 
     async def start(self, plan: Plan, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
         """Listen on the console socket and serve DHCP (idempotent). Raises CommandFailed."""
@@ -79,7 +82,7 @@ class GuestServices:
             return
         hostname = vmi.spec.hostname or vmi.metadata.name  # what virt-launcher offers the guest
         try:
-            self._dhcp = features.dhcp.start_dhcp(plan, self.settings.launcher_env(), hostname=hostname)
+            self._dhcp = features.dhcp.start_dhcp(plan, self._env(), hostname=hostname)
         except features.dhcp.DhcpError as e:
             raise CommandFailed(f"cannot serve DHCP to the guest: {e}") from None
 
@@ -97,7 +100,7 @@ class GuestServices:
             await asyncio.to_thread(dhcp.stop)
         hostname = vmi.spec.hostname or vmi.metadata.name
         try:
-            self._dhcp = await asyncio.to_thread(features.dhcp.start_dhcp, plan, self.settings.launcher_env(),
+            self._dhcp = await asyncio.to_thread(features.dhcp.start_dhcp, plan, self._env(),
                                                  hostname=hostname)
         except features.dhcp.DhcpError as e:
             raise CommandFailed(f"cannot serve DHCP to the guest: {e}") from None

@@ -26,17 +26,19 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ch_launcher.ch.api import ChApiError
+from ch_launcher.convert.migration import blockers_text
 from ch_launcher.kubevirt import migration as km
 from ch_launcher.kubevirt.domain import Reason, now_rfc3339
 from ch_launcher.lifecycle import ALIVE, NOT_RUNNING, UP, VmState
 from ch_launcher.manager.settings import CommandFailed
+from ch_launcher.migration.relay import Relay
 
 if TYPE_CHECKING:
     from ch_launcher.ch.events import Event
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
     from ch_launcher.manager.migration_port import MigrationParts
     from ch_launcher.manager.record import DomainRecord
-    from ch_launcher.migration.relay import Relay
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +132,6 @@ class Outgoing:
         parts = self.parts
         plan, vmm = self.record.plan, parts.life.current
         if plan is not None and plan.migration_blockers:
-            from ch_launcher.convert.migration import blockers_text
-
             self.fail(blockers_text(plan.migration_blockers))
             return
         if vmm is None or plan is None or self.record.state not in UP:
@@ -157,8 +157,6 @@ class Outgoing:
                                   "option: " + "; ".join(self.options.degradations()))
         if self.options.unsafe_migration:
             log.info("UnsafeMigration is set: Cloud Hypervisor has no migration safety checks to disable")
-        from ch_launcher.migration.relay import Relay
-
         api_socket = parts.settings.vmm_paths[0]
         listen = os.path.join(os.path.dirname(api_socket), "migration-out.sock")
         loop = asyncio.get_running_loop()
@@ -172,8 +170,6 @@ class Outgoing:
         self.relay = relay
         self.memory_total = plan.config.memory.size if plan.config.memory else 0
         body = self.options.send_migration_data(f"unix:{listen}", km.data_size_gb(self.vmi))
-        from ch_launcher.ch.api import ChApiError
-
         try:
             await vmm.call(vmm.client.send_migration, body["destination_url"], downtime_ms=body.get("downtime_ms"),
                            timeout_s=body.get("timeout_s"), connections=body["connections"],

@@ -26,10 +26,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ch_launcher.ch.api import ChApiError
 from ch_launcher.kubevirt import migration as km
 from ch_launcher.kubevirt.domain import now_rfc3339
 from ch_launcher.lifecycle import VmState
 from ch_launcher.manager.settings import CommandFailed
+from ch_launcher.migration.relay import Relay
 
 if TYPE_CHECKING:
     from ch_launcher.ch.events import Event
@@ -38,7 +40,6 @@ if TYPE_CHECKING:
     from ch_launcher.manager.migration_port import MigrationParts
     from ch_launcher.manager.record import DomainRecord
     from ch_launcher.manager.vmm import VmmSession
-    from ch_launcher.migration.relay import Relay
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +104,6 @@ class Incoming:
 
     async def start(self) -> None:
         settings = self.parts.settings
-        from ch_launcher.migration.relay import Relay
-
         api_socket = settings.vmm_paths[0]
         ch_listen = os.path.join(os.path.dirname(api_socket), "migration-in.sock")
         with contextlib.suppress(FileNotFoundError):
@@ -119,8 +118,6 @@ class Incoming:
         client = self.vmm.client
 
         def receive() -> None:
-            from ch_launcher.ch.api import ChApiError
-
             try:
                 client.receive_migration(f"unix:{ch_listen}", timeout=RECEIVE_TIMEOUT)
                 error = None
@@ -221,8 +218,6 @@ class Incoming:
         relay.close()
 
     async def _after_completion(self) -> None:
-        from ch_launcher.ch.api import ChApiError
-
         parts = self.parts
         try:
             info = await self.vmm.call(self.vmm.client.info)

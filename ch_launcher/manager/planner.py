@@ -43,7 +43,7 @@ class Planner:
     async def translate(self, vmi: VirtualMachineInstance, options: LauncherOptions | None = None) -> Plan:
         """Raises CommandFailed naming every field Cloud Hypervisor cannot run."""
         options = options or self.options or features.convert.LauncherOptions()
-        env = self.settings.launcher_env(read_pod_facts())
+        env = features.convert.LauncherEnv(**self.settings.directories(), pod=read_pod_facts())
         try:
             return await self._in_worker(features.convert.translate, vmi, env, options)
         except features.convert.UnsupportedFeatures as e:

@@ -13,7 +13,6 @@ from ch_launcher.kubevirt import paths
 
 if TYPE_CHECKING:
     from ch_launcher.ch.process import VmmSpawning
-    from ch_launcher.convert import LauncherEnv, PodFacts
 
 # What the first Sync needs and readiness does not (pydantic models, the configurators):
 # about 0.3 s of imports, so `preload()` runs them in a thread once the command socket is ready.
@@ -61,12 +60,6 @@ class ManagerSettings(paths.LauncherPaths):
     api_timeout: float = 5.0              # any other REST call (vm.pause, vm.info, ...)
     vmm_env: Mapping[str, str] | None = None  # None: the launcher's own environment
     spawning: VmmSpawning | None = None   # the pod's process model (docs/process-model.md); None: VMM is our child
-
-    def launcher_env(self, pod: PodFacts | None = None) -> LauncherEnv:
-        """The translator's view of these directories (imported late: see HEAVY_MODULES)."""
-        from ch_launcher.convert import LauncherEnv
-
-        return LauncherEnv(**self.directories(), pod=pod)
 
     @property
     def vmm_paths(self) -> tuple[str, str, str]:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ch_launcher.ch.events import Event, EventFifo, EventStreamParser, open_event_fifo
+from ch_launcher.manager import features
 from ch_launcher.manager.settings import ManagerSettings
 
 if TYPE_CHECKING:
@@ -93,13 +94,11 @@ class VmmSession:
         """Its own word on its VM (Kata's habit: read vm.info, do not trust memory): "Running",
         "Paused", "Created"; None when it has no VM or does not answer (gone or going: its exit
         handler reports that). Never raises."""
-        from ch_launcher.ch.api import ChApiError
-
         if self.exited():
             return None
         try:
             info = await self.call(self.client.info)
-        except ChApiError as e:
+        except features.api.ChApiError as e:
             log.info("re-reading the VM's state: %s", e)
             return None
         return info.state
@@ -160,8 +159,6 @@ class VmmHost:
     async def spawn(self) -> VmmSession:
         """Start a VMM (its session becomes `current`) and watch it. Raises VmmStartError if it
         cannot be executed. Does not wait for its API: see `wait_ready`."""
-        from ch_launcher.ch.process import VmmProcess
-
         api_socket, events, log_file = self.settings.vmm_paths
         loop = asyncio.get_running_loop()
         if self._fifo is None:
@@ -172,9 +169,9 @@ class VmmHost:
         self._parser = EventStreamParser()  # a dead VMM may have left half an event behind
 
         def spawn() -> VmmSession:
-            process = VmmProcess.spawn(self.settings.ch_binary, api_socket=api_socket, event_monitor=events,
-                                       log_file=log_file, env=vmm_environment(self.settings.vmm_env),
-                                       spawning=self.settings.spawning)
+            process = features.process.VmmProcess.spawn(
+                self.settings.ch_binary, api_socket=api_socket, event_monitor=events, log_file=log_file,
+                env=vmm_environment(self.settings.vmm_env), spawning=self.settings.spawning)
             process.client.timeout = self.settings.api_timeout
             session = VmmSession(process, self._rest)
             self._spawned.append(session)  # known to close() even if the caller is cancelled now
