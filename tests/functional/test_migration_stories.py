@@ -21,7 +21,7 @@ import time
 import pytest
 
 from tests.builders import with_masquerade
-from tests.contract.test_migration import host_snapshots_vcpus
+from tests.contract.migration_support import host_snapshots_vcpus
 from tests.functional.harness import RealVmm
 from tests.functional.migration_controllers import domain_status
 from tests.functional.migration_handler import MigrationPair, migratable_vmi, migration_of
