@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tests.apiserver.cluster import Run
+from tests.apiserver.cluster import Cluster, Run
 from tests.builders import (
     new_vmi,
     with_annotations,
@@ -32,14 +32,16 @@ def spec(graphics: bool = False, cdrom: bool = False, memory: str | None = "128M
         options.append(with_cdrom("iso", "example.org/installer:latest"))
     if memory:
         options.append(with_memory(memory))
-    return new_vmi("template", *options, with_spec(**extra))["spec"]
+    made: dict[str, Any] = new_vmi("template", *options, with_spec(**extra))["spec"]
+    return made
 
 
-def vmi(name: str, annotations: dict | None = CH, **kw: Any) -> dict[str, Any]:
+def vmi(name: str, annotations: dict[str, str] | None = CH, **kw: Any) -> dict[str, Any]:
     return new_vmi(name, with_annotations(annotations), with_spec(**spec(**kw)))
 
 
-def vm(name: str, template_annotations: dict | None = CH, own: dict | None = None, **kw: Any) -> dict[str, Any]:
+def vm(name: str, template_annotations: dict[str, str] | None = CH, own: dict[str, str] | None = None,
+       **kw: Any) -> dict[str, Any]:
     template: dict[str, Any] = {"spec": spec(**kw)}
     if template_annotations is not None:
         template["metadata"] = {"annotations": dict(template_annotations)}
@@ -68,7 +70,7 @@ def pool(name: str, **kw: Any) -> dict[str, Any]:
                                                "spec": spec(**kw)}}}}}
 
 
-def create(cluster, *objects: dict[str, Any]) -> Run:
+def create(cluster: Cluster, *objects: dict[str, Any]) -> Run:
     return cluster.kubectl("create", "-f", "-", input=cluster.yaml(*objects))
 
 
@@ -126,7 +128,7 @@ INSTALLED = [
 ]
 
 
-def reviews(cluster) -> int:
+def reviews(cluster: Cluster) -> int:
     """Admission requests the server has answered so far (both paths, every verdict)."""
     return int(sum(float(v) for v in re.findall(r'^ch_admission_requests_total\{path="/(?:validate|mutate-pod)",'
                                                 r'verdict="[^"]+"\} (\S+)$', cluster.metrics(), re.MULTILINE)))

@@ -90,7 +90,7 @@ def container_disk_images(vmi: Mapping[str, Any], layout: LauncherLayout, *, siz
     """Create `<container-disk-dir>/disk_<volume index>.img` for each containerDisk volume that
     has none (KubeVirt's path; virt-handler mounts these before the first Sync). The first one is
     a copy of `image` when given, else every one is a sparse raw image of `size` bytes."""
-    made = []
+    made: list[pathlib.Path] = []
     for index, volume in enumerate(vmi.get("spec", {}).get("volumes", []) or []):
         if "containerDisk" not in volume:
             continue

@@ -12,10 +12,14 @@ import pathlib
 import resource
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import pytest
 
 from tests.functional import kubevirt_runtime as vh
+
+T = TypeVar("T")
 
 UNLIMITED = vh.can_raise_memlock_to_unlimited()
 SOFT, HARD = resource.getrlimit(resource.RLIMIT_MEMLOCK)  # what this process started with
@@ -28,7 +32,7 @@ GUEST = 128 << 20 if UNLIMITED else HARD
 START_SOFT = 64 << 10
 
 
-async def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
+async def wait_for(predicate: Callable[[], T], timeout: float = 15.0, what: str = "condition") -> T:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -40,7 +44,7 @@ async def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
 
 
 @contextlib.contextmanager
-def soft_memlock(limit: int | None):
+def soft_memlock(limit: int | None) -> Iterator[None]:
     """Start what starts inside with a lower soft memlock limit (the hard one stays)."""
     if limit is None:
         yield
@@ -57,7 +61,7 @@ HUGEPAGES_LOCK = pathlib.Path(tempfile.gettempdir()) / "kubevirt-ch-tests-hugepa
 
 
 @contextlib.contextmanager
-def surplus_hugepages(pages: int):
+def surplus_hugepages(pages: int) -> Iterator[None]:
     """Let the kernel hand out up to `pages` 2 MiB pages on demand (nr_overcommit_hugepages), as a
     node with hugepages for its pods has them; put the setting back afterwards (unless someone
     changed it meanwhile); `pages` 0 changes nothing. Needs root. The setting is the machine's:
@@ -88,7 +92,7 @@ BDF = "0000:65:00.0"
 RESOURCE = "nvidia.com/GP102GL_Tesla_P40"
 
 
-def host_tree(root, *, bound: bool = True) -> str:
+def host_tree(root: pathlib.Path, *, bound: bool = True) -> str:
     """A host as sysfs and the device plugin's /dev/vfio show a GPU bound to vfio-pci."""
     device = root / "sys/bus/pci/devices" / BDF
     device.mkdir(parents=True)

@@ -54,6 +54,11 @@ def nic_leaves(manager: DomainManager) -> None:
         os.close(fd)
 
 
+def nic_gone(manager: DomainManager) -> bool:
+    plan = manager._record.plan
+    return plan is not None and all(i.alias != NIC for i in plan.interfaces)
+
+
 def watch_dhcp_restarts(monkeypatch: pytest.MonkeyPatch, manager: DomainManager) -> list[tuple[str, int]]:
     """Every DHCP restart of `manager`, as (who held the lock, how many restarts ran at once)."""
     seen: list[tuple[str, int]] = []
@@ -98,7 +103,7 @@ def test_a_nic_the_guest_ejects_restarts_dhcp_under_the_lock_never_beside_a_sync
             sync = asyncio.ensure_future(manager._runner.locked("SyncVMI", syncs_hotplug))
             await until(lambda: restarts, 5)
             nic_leaves(manager)
-            await manager.wait_until(lambda: all(i.alias != NIC for i in manager._record.plan.interfaces), 5)
+            await manager.wait_until(lambda: nic_gone(manager), 5)
             await asyncio.sleep(0.2)  # the ejected NIC's restart, if it ran beside the Sync's, has begun
             released.set()
             await sync
@@ -144,7 +149,7 @@ def test_a_vm_deleted_while_a_nic_leaves_gets_no_dhcp_server_after_it_is_gone(
             await manager.execute(Intent.SYNC, parse_vmi(raw), budget=15)
             booted.set()
             nic_leaves(manager)
-            await manager.wait_until(lambda: all(i.alias != NIC for i in manager._record.plan.interfaces), 5)
+            await manager.wait_until(lambda: nic_gone(manager), 5)
             await manager.execute(Intent.DELETE, parse_vmi(raw), budget=15)
             forgotten.set()  # (with the fix no restart waits for it)
             await until(lambda: not manager._runner._tasks, 10)  # what the manager still runs has ended

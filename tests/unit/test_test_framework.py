@@ -30,12 +30,12 @@ def _sources(*roots: pathlib.Path) -> list[pathlib.Path]:
             if not (p.is_relative_to(TESTS) and p.relative_to(TESTS).parts[0] in NOT_YET)]
 
 
-def test_no_module_imports_a_test_module():
+def test_no_module_imports_a_test_module() -> None:
     leaks = {str(p.relative_to(REPO)): sorted(m for m in _imports(p) if m.split(".")[-1].startswith("test_"))
              for p in _sources(TESTS, REPO / "bench", REPO / "demo")}
     assert {k: v for k, v in leaks.items() if v} == {}, "move what is shared to a support module"
 
 
-def test_the_tests_never_import_the_demo():
+def test_the_tests_never_import_the_demo() -> None:
     users = [str(p.relative_to(REPO)) for p in _sources(TESTS) if any(m.split(".")[0] == "demo" for m in _imports(p))]
     assert users == []
