@@ -5,7 +5,7 @@ when it is made, bottom-up: the domain record (`record.DomainRecord`: what virt-
 VMM host and its sessions (`vmm`), the guest services (`guest`), the reconfiguration of a running
 VM (`reconfig`), the VMM's life (`life`), the boot (`boot`), the supervision of the VMM
 (`supervision`) and the lifecycle commands (`commands`). Live migration (`migration_source`,
-`migration_target`) works with the same objects (`migration_port.MigrationParts`). Modules needed
+`migration_target`) works with the same objects (`parts.ManagerParts`). Modules needed
 only by some VMs or only after the first Sync are imported on first use through `manager.features`.
 
 Every command goes through one wrapper (`_command`): the manager's lock, the RPC's budget, and
@@ -28,7 +28,7 @@ from ch_launcher.manager.commands import Commands, complete_metadata
 from ch_launcher.manager.dirty import DirtyRateMeter
 from ch_launcher.manager.guest import GuestServices
 from ch_launcher.manager.life import VmmLife
-from ch_launcher.manager.migration_port import MigrationParts
+from ch_launcher.manager.parts import ManagerParts
 from ch_launcher.manager.planner import Planner
 from ch_launcher.manager.reconfig import Reconfiguration
 from ch_launcher.manager.record import DomainRecord
@@ -62,7 +62,7 @@ class DomainManager:
         self._supervision = Supervision(self._record, self._host, self._life, self._boot, self._guest, self._reconfig,
                                         self._runner)  # the host's listener from now on
         self._commands = Commands(settings, self._record, self._life, self._boot, self._supervision, self._reconfig)
-        self._migration_parts = MigrationParts(settings, self._record, self._life, self._runner, self._boot,
+        self._parts = ManagerParts(settings, self._record, self._life, self._runner, self._boot,
                                                self._guest, self._supervision)
         self._dirty = DirtyRateMeter(self._running_vmm_pid)
 
@@ -209,27 +209,27 @@ class DomainManager:
         """MigrateVirtualMachine: start sending this VM (`migration_source.migrate`)."""
         source = features.migration_source
         return await self._command("MigrateVirtualMachine", lambda: source.migrate(
-            self._migration_parts, complete_metadata(vmi, self.settings), options), budget)
+            self._parts, complete_metadata(vmi, self.settings), options), budget)
 
     async def cancel_migration(self, vmi: VirtualMachineInstance, *, budget: float = 18.0) -> str:
         """CancelVirtualMachineMigration: abort an outgoing migration that can still be aborted."""
         source = features.migration_source
         return await self._command("CancelVirtualMachineMigration",
-                                   lambda: source.cancel(self._migration_parts, vmi), budget)
+                                   lambda: source.cancel(self._parts, vmi), budget)
 
     async def prepare_migration_target(self, vmi: VirtualMachineInstance, options: LauncherOptions | None, *,
                                        budget: float = 18.0) -> str:
         """SyncMigrationTarget: prepare this pod and wait for the incoming migration."""
         target = features.migration_target
         return await self._command("SyncMigrationTarget", lambda: target.prepare(
-            self._migration_parts, complete_metadata(vmi, self.settings), options), budget)
+            self._parts, complete_metadata(vmi, self.settings), options), budget)
 
     async def finalize_migration(self, vmi: VirtualMachineInstance, interface_migration: dict[str, str], *,
                                  budget: float = 18.0) -> str:
         """FinalizeVirtualMachineMigration: the target's part after the migration completed."""
         target = features.migration_target
         return await self._command("FinalizeVirtualMachineMigration",
-                                   lambda: target.finalize(self._migration_parts, vmi, interface_migration), budget)
+                                   lambda: target.finalize(self._parts, vmi, interface_migration), budget)
 
     async def _command(self, name: str, work: Callable[[], Awaitable[str]], budget: float, *,
                        on_late_end: Callable[[BaseException | None], None] | None = None,

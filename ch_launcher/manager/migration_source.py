@@ -2,7 +2,7 @@
 CancelVirtualMachineMigration, and what the VMM's events mean while it sends.
 
 Imported on first use by `manager.core` (the RPCs), never by a launcher that does not migrate. It
-works with the manager's own objects (`migration_port.MigrationParts`). Everything here runs on
+works with the manager's own objects (`parts.ManagerParts`). Everything here runs on
 the manager's event loop; the relay's thread reports through `call_soon_threadsafe`. The VMM's
 events are observations, applied at once; the migration's own work (the send, settling a failure,
 stopping a VMM whose VM moved, the progress check) runs under the manager's lock, started through
@@ -37,7 +37,7 @@ from ch_launcher.migration.relay import Relay
 if TYPE_CHECKING:
     from ch_launcher.ch.events import Event
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
-    from ch_launcher.manager.migration_port import MigrationParts
+    from ch_launcher.manager.parts import ManagerParts
     from ch_launcher.manager.record import DomainRecord
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ FINISH_WAIT = 5.0   # s: the VMM's migration-finished follows the stream's compl
 WORK = "migration-source"  # what holds the manager's lock while this side's work runs
 
 
-async def migrate(parts: MigrationParts, vmi: VirtualMachineInstance, options_json: bytes) -> str:
+async def migrate(parts: ManagerParts, vmi: VirtualMachineInstance, options_json: bytes) -> str:
     """Accept a migration (metadata published) and start it in the background; raises
     CommandFailed for a request that cannot be a migration at all, among them one without a
     migration UID: virt-handler reads a result only under the UID it knows, so a result under ""
@@ -81,7 +81,7 @@ async def migrate(parts: MigrationParts, vmi: VirtualMachineInstance, options_js
     return "migration started"
 
 
-async def cancel(parts: MigrationParts, vmi: VirtualMachineInstance) -> str:
+async def cancel(parts: ManagerParts, vmi: VirtualMachineInstance) -> str:
     """`cancelMigration`: ignored unless a migration runs and no abort is under way."""
     meta = parts.record.migration
     outgoing = parts.life.migration
@@ -105,7 +105,7 @@ def _decode(options_json: bytes) -> km.MigrationOptions:
 class Outgoing:
     """One outgoing migration: its relay, the VMM's send, and the end it comes to."""
 
-    def __init__(self, parts: MigrationParts, vmi: VirtualMachineInstance, options: km.MigrationOptions,
+    def __init__(self, parts: ManagerParts, vmi: VirtualMachineInstance, options: km.MigrationOptions,
                  uid: str) -> None:
         self.parts = parts
         self.record: DomainRecord = parts.record

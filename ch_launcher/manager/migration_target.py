@@ -2,7 +2,7 @@
 FinalizeVirtualMachineMigration, and what the receiving VMM's events and answer mean.
 
 Imported on first use by `manager.core` (the RPCs), never by a launcher that does not migrate. It
-works with the manager's own objects (`migration_port.MigrationParts`). The receive call blocks the
+works with the manager's own objects (`parts.ManagerParts`). The receive call blocks the
 VMM's API for the whole migration, so it runs in a thread of its own (not the REST worker); its
 answer, the relay's end and the VMM's exit all come back to the event loop, and what they lead to
 (the guest services after a completion, withdrawing a failed one) runs under the manager's lock.
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ch_launcher.ch.events import Event
     from ch_launcher.convert import LauncherOptions, Plan
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
-    from ch_launcher.manager.migration_port import MigrationParts
+    from ch_launcher.manager.parts import ManagerParts
     from ch_launcher.manager.record import DomainRecord
     from ch_launcher.manager.vmm import VmmSession
 
@@ -49,7 +49,7 @@ PAUSED_CONDITION = "Paused"
 WORK = "migration-target"  # what holds the manager's lock while this side's work runs
 
 
-async def prepare(parts: MigrationParts, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> str:
+async def prepare(parts: ManagerParts, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> str:
     """`prepareMigrationTarget`: translate and prepare as for a start (the plan and its devices
     as a boot records them), a VMM waiting to receive, the relay on virt-handler's socket.
     Idempotent once prepared."""
@@ -72,7 +72,7 @@ async def prepare(parts: MigrationParts, vmi: VirtualMachineInstance, options: L
     return "prepared: waiting for the source"
 
 
-async def finalize(parts: MigrationParts, vmi: VirtualMachineInstance, interface_migration: dict[str, str]) -> str:
+async def finalize(parts: ManagerParts, vmi: VirtualMachineInstance, interface_migration: dict[str, str]) -> str:
     """`finalizeMigrationTarget`: succeeds once the incoming migration completed, as often as
     virt-handler calls it. Interface link refresh and guest time are not available here."""
     incoming = parts.life.migration
@@ -88,7 +88,7 @@ async def finalize(parts: MigrationParts, vmi: VirtualMachineInstance, interface
 class Incoming:
     """One incoming migration."""
 
-    def __init__(self, parts: MigrationParts, vmi: VirtualMachineInstance, vmm: VmmSession) -> None:
+    def __init__(self, parts: ManagerParts, vmi: VirtualMachineInstance, vmm: VmmSession) -> None:
         self.parts = parts
         self.record: DomainRecord = parts.record
         self.uid = km.migration_uid(vmi)
