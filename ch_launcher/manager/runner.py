@@ -134,6 +134,7 @@ class Runner:
             self.background(what, work)
 
         handle = asyncio.get_running_loop().call_later(delay, fire)
+        self._timers = {h for h in self._timers if not h.cancelled()}  # cancelled by their owners meanwhile
         self._timers.add(handle)
         return handle
 
