@@ -152,7 +152,7 @@ def test_a_vm_deleted_while_a_nic_leaves_gets_no_dhcp_server_after_it_is_gone(
             await manager.wait_until(lambda: nic_gone(manager), 5)
             await manager.execute(Intent.DELETE, parse_vmi(raw), budget=15)
             forgotten.set()  # (with the fix no restart waits for it)
-            await until(lambda: not manager._runner._tasks, 10)  # what the manager still runs has ended
+            assert await manager._runner.idle(10), "what the manager started by itself has ended"
             assert started_after_forget in ([], [False]), "a DHCP server was started for a VM that is gone"
         finally:
             forgotten.set()
