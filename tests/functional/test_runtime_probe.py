@@ -49,9 +49,8 @@ from tests.builders import (
 )
 from tests.conftest import SHARED, require_shared
 from tests.functional import kubevirt_runtime as vh
+from tests.functional.host_support import BDF, RESOURCE, host_tree, surplus_hugepages
 from tests.functional.pod_fixtures import real_binary, real_vmm_reason
-from tests.functional.test_dedicated_cpus import surplus_hugepages
-from tests.functional.test_vfio_launch import BDF, RESOURCE, host_tree
 from tests.guest.build import guest_payload
 
 pytestmark = pytest.mark.probe
