@@ -83,7 +83,7 @@ def test_virt_handler_restarting_finds_both_launchers_again_and_the_guests_run_o
     names = ("f-handler-a", "f-handler-b")
     before = fresh(*names)
     offset = len(node_cluster.node_log("virt-handler"))
-    watch = node_cluster.watch("vmi", *names)
+    watch = node_cluster.watch("vmi")  # all of them: kubectl watches one name at most
     try:
         print("\n" + node_cluster.kill("virt-handler"))
 
