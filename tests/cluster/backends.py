@@ -17,17 +17,24 @@ pod's cpuacct cgroup (every container's CPU, init containers included).
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ch_launcher.kubevirt.quantity import quantity_bytes
+from tests.apiserver.cluster import ClusterError
+from tests.cluster.bootdisk import READY
 from tests.cluster.images import DISK_IMAGE, LAUNCHER_IMAGE
+from tests.cluster.load import LABEL, PHASE_COLUMNS, Batch, delete_batch, labelled, pod_memory
 from tests.cluster.node import NodeCluster
 from tests.cluster.objects import CH
 
 CLOUD_HYPERVISOR, QEMU = "cloud-hypervisor", "qemu"
 BACKENDS = (CLOUD_HYPERVISOR, QEMU)
+GUEST_READY = {QEMU: READY, CLOUD_HYPERVISOR: "KCH-GUEST-READY"}  # the boot sector's line, the tiny guest's
 # what kubelet writes for a ClusterFirst pod of namespace default in a cluster whose DNS Service is 10.96.0.10
 CLUSTER_DNS = {"nameservers": ["10.96.0.10"],
                "searches": ["default.svc.cluster.local", "svc.cluster.local", "cluster.local"],
@@ -76,6 +83,19 @@ def backend_of(pod: dict[str, Any]) -> str:
     return CLOUD_HYPERVISOR if compute["image"] == LAUNCHER_IMAGE else QEMU
 
 
+def booted(cluster: NodeCluster, pod: dict[str, Any], timeout: float = 120) -> int:
+    """How many times the guest of `pod` booted, from its serial log (virt-tail) once a first boot
+    shows: SeaBIOS runs emulated on this PVM machine, so QEMU's guest prints its line some seconds
+    after the VMI is Running (tens of seconds under load). ClusterError when none shows in `timeout`."""
+    name, marker = pod["metadata"]["name"], GUEST_READY[backend_of(pod)]
+
+    def count() -> int:
+        r = cluster.kubectl("logs", name, "-c", "guest-console-log")
+        return r.out.count(marker) if r.rc == 0 else 0
+    found: int = cluster.wait_for(count, f"{marker} in {name}'s serial log", timeout=timeout, every=1)
+    return found
+
+
 @dataclass(frozen=True)
 class Memory:
     usage: int  # the compute container's memory.usage_in_bytes
@@ -109,3 +129,110 @@ def pod_memory_request(pod: dict[str, Any]) -> int:
 def processes(cluster: NodeCluster, pod: dict[str, Any]) -> set[str]:
     """The command names (15 characters at most) of the compute container's processes."""
     return set(cluster.processes(pod))
+
+
+# --- measured on the node (bench/cluster.py) --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Round:
+    """One VMI's life on one backend, as bench/cluster.py measures it."""
+
+    backend: str
+    up: float  # kubectl create -> VMI Running, seconds
+    at_running: Memory  # the compute container at Running
+    later: Memory  # the same `settle` seconds later (its peak: the highest so far)
+    pod_peak: int  # the pod's memory cgroup's memory.max_usage_in_bytes then (every container)
+    cpu: float  # the pod's CPU seconds until Running
+    down: float  # kubectl delete -> launcher pod gone, seconds
+    request: int  # the pod's memory request (pod_memory_request)
+
+
+def _kubectl(cluster: NodeCluster, *args: str, stdin: str | None = None, timeout: float = 240) -> None:
+    r = cluster.kubectl(*args, input=stdin, timeout=timeout)
+    if r.rc != 0:
+        raise ClusterError(f"kubectl {' '.join(args)} failed:\n{r.out}")
+
+
+def one_round(cluster: NodeCluster, name: str, backend: str, shape: Shape, settle: float = 10) -> Round:
+    """Creates VMI `name` of `shape` on `backend`, reads its pod once it is Running and `settle`
+    seconds later, waits for its guest's boot line (a guest that has not booted yet ignores the
+    ACPI button, and its delete would wait for the grace period), deletes it and waits for its
+    pod to go. ClusterError when a step fails."""
+    start = time.monotonic()
+    _kubectl(cluster, "create", "-f", "-", stdin=cluster.yaml(vmi(name, backend, shape)))
+    _kubectl(cluster, "wait", "--for=jsonpath={.status.phase}=Running", f"vmi/{name}", "--timeout=180s")
+    up = time.monotonic() - start
+    pod = cluster.launcher_pod(cluster.json("get", "vmi", name))
+    at_running, cpu = compute_memory(cluster, pod), pod_cpu_seconds(cluster, pod)
+    time.sleep(settle)  # the figure is defined as the reading this long after Running
+    later, pod_peak = compute_memory(cluster, pod), pod_memory(cluster, pod).peak
+    booted(cluster, pod, timeout=300)
+    start = time.monotonic()
+    _kubectl(cluster, "delete", "vmi", name, "--wait=false")
+    _kubectl(cluster, "wait", "--for=delete", f"pod/{pod['metadata']['name']}", "--timeout=180s")
+    return Round(backend, up, at_running, later, pod_peak, cpu, time.monotonic() - start, pod_memory_request(pod))
+
+
+@dataclass(frozen=True)
+class AtOnce:
+    """`count` VMIs of one backend created by one `kubectl create`, each read as it reached Running."""
+
+    backend: str
+    up: dict[str, float]  # name -> kubectl create -> Running, seconds
+    at_running: dict[str, Memory]
+    cpu: dict[str, float]  # name -> its pod's CPU seconds until Running (read within 0.5 s of it)
+    later: dict[str, Memory]  # every pod once all run
+
+
+def at_once(cluster: NodeCluster, backend: str, count: int, batch: str, shape: Shape = SMALL,
+            timeout: float = 600) -> AtOnce:
+    """`count` VMIs of `shape` on `backend` in one `kubectl create` (label LABEL=batch); each pod
+    is read as its VMI is seen Running; all are deleted and their pods gone before it returns."""
+    names = [f"{batch}-{i}" for i in range(count)]
+    objects = [labelled(vmi(n, backend, shape), batch) for n in names]
+    result = AtOnce(backend, {}, {}, {}, {})
+    watch = cluster.watch("vmi", "-l", f"{LABEL}={batch}", columns=PHASE_COLUMNS)
+    try:
+        time.sleep(0.5)  # the watch has listed (nothing yet) before the objects appear
+        start = time.monotonic()
+        _kubectl(cluster, "create", "-f", "-", stdin=cluster.yaml(objects), timeout=timeout)
+        deadline = start + timeout
+        while len(result.up) < count:
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{count - len(result.up)} of {count} {backend} VMIs not Running "
+                                   f"after {timeout:g} s")
+            for name, at in watch.first("Running").items():
+                if name not in result.up:
+                    pod = cluster.launcher_pod(cluster.json("get", "vmi", name))
+                    result.up[name] = at - start
+                    result.cpu[name] = pod_cpu_seconds(cluster, pod)
+                    result.at_running[name] = compute_memory(cluster, pod)
+            time.sleep(0.5)
+        for name in names:
+            result.later[name] = compute_memory(cluster, cluster.launcher_pod(cluster.json("get", "vmi", name)))
+    finally:
+        watch.close()
+        delete_batch(cluster, Batch("vmi", batch, names, {}), timeout=timeout)
+    return result
+
+
+def kill_launchers(cluster: NodeCluster, names: dict[str, str]) -> dict[str, float]:
+    """One VMI of each backend (`names`: backend -> name), Running; SIGKILL of virt-launcher
+    (QEMU) and of ch-launcher, one right after the other; the seconds from each kill until the
+    VMI is seen Failed. Deletes both afterwards."""
+    _kubectl(cluster, "create", "-f", "-", stdin=cluster.yaml([vmi(n, b) for b, n in names.items()]))
+    watch = cluster.watch("vmi", columns=PHASE_COLUMNS)
+    try:
+        pods = {b: cluster.launcher_pod(cluster.wait_for_vmi(n, ready=True)) for b, n in names.items()}
+        killed: dict[str, float] = {}
+        for backend, launcher in ((QEMU, "virt-launcher"), (CLOUD_HYPERVISOR, "ch-launcher")):
+            (pid,) = cluster.processes(pods[backend])[launcher]
+            os.kill(pid, signal.SIGKILL)
+            killed[backend] = time.monotonic()
+        cluster.wait_for(lambda: set(names.values()) <= set(watch.first("Failed")), "both VMIs to fail",
+                         timeout=180, every=0.5)
+        return {b: watch.first("Failed")[names[b]] - killed[b] for b in names}
+    finally:
+        watch.close()
+        cluster.kubectl("delete", "vmi", *names.values(), "--ignore-not-found", "--wait=false")

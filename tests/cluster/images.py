@@ -19,11 +19,14 @@
 Everything lives under `build/` (ignored by git): podman's storage of its own (`build/cluster/podman`,
 so the machine's `/var/lib/containers` is never touched), the base root filesystem (kept and reused:
 mmdebstrap takes about a minute), the archives. `podman build` reuses its layers, so a rebuild with
-unchanged sources takes seconds. A file lock serialises concurrent builds of one checkout.
+unchanged sources takes seconds; KubeVirt's launcher image, when its archive is not kept yet, builds
+beside the others (its own mmdebstrap and podman storage). A file lock serialises concurrent builds
+of one checkout.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
 import hashlib
@@ -131,11 +134,12 @@ class Builder:
         self.podman = ["podman", "--root", str(storage / "root"), "--runroot", str(storage / "runroot")]
 
     def build(self) -> Images:
-        with _locked():
+        with _locked(), concurrent.futures.ThreadPoolExecutor(1) as pool:
+            virt_launcher = pool.submit(self.virt_launcher_image)  # a storage of its own: built beside the rest
             rootfs = self.base_rootfs()
             self.base_image(rootfs)
             launcher, admission = self.addon_images()
-            return Images(launcher, admission, self.virt_launcher_image(), self.disk_image())
+            return Images(launcher, admission, virt_launcher.result(), self.disk_image())
 
     # --- the base: Debian bookworm with python3 --------------------------------------------
 

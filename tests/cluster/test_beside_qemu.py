@@ -20,8 +20,8 @@ from admission.mutate import OVERHEAD_ANNOTATION, RECORD_ANNOTATION
 from admission.overhead import kubevirt_overhead
 from ch_launcher.kubevirt.quantity import quantity_bytes
 from ch_launcher.kubevirt.vmi import parse_vmi
-from tests.cluster.backends import CLOUD_HYPERVISOR, QEMU, SMALL, Shape, backend_of, pod_memory_request, vmi
-from tests.cluster.bootdisk import POWER_BUTTON, READY
+from tests.cluster.backends import CLOUD_HYPERVISOR, QEMU, SMALL, Shape, backend_of, booted, pod_memory_request, vmi
+from tests.cluster.bootdisk import POWER_BUTTON
 from tests.cluster.images import LAUNCHER_IMAGE
 from tests.cluster.node import NodeCluster, archive_reference
 from tests.cluster.objects import CH
@@ -30,7 +30,6 @@ from tests.cluster.test_vm_story import NAME as README_VM
 from tests.cluster.test_vm_story import readme_check as readme_vm_check
 
 MiB = 1 << 20
-GUEST_READY = {QEMU: READY, CLOUD_HYPERVISOR: "KCH-GUEST-READY"}  # the boot sector's line, the tiny guest's
 POWERED_OFF = {QEMU: POWER_BUTTON, CLOUD_HYPERVISOR: "KCH-GUEST-POWER-BUTTON"}
 QEMU_PROCESSES = {"virt-launcher-m", "virt-launcher", "libvirtd", "virtlogd", "qemu-system-x86"}  # comm: 15 chars
 KUBEVIRT_GRACE_SECONDS = 30  # v1.DefaultGracePeriodSeconds
@@ -40,19 +39,6 @@ _pairs = itertools.count(1)
 def readme_check(name: str) -> list[str]:
     """README "Use": the command that prints the ch-launcher image of a Cloud Hypervisor VMI, for VMI `name`."""
     return [name if arg == README_VM else arg for arg in readme_vm_check()]
-
-
-def booted(cluster: NodeCluster, pod: dict[str, Any], timeout: float = 120) -> int:
-    """How many times the guest of `pod` booted, from its serial log (virt-tail) once a first boot
-    shows: SeaBIOS runs emulated on this PVM machine, so QEMU's guest prints its line some seconds
-    after the VMI is Running. ClusterError when none shows within `timeout`."""
-    name, marker = pod["metadata"]["name"], GUEST_READY[backend_of(pod)]
-
-    def count() -> int:
-        r = cluster.kubectl("logs", name, "-c", "guest-console-log")
-        return r.out.count(marker) if r.rc == 0 else 0
-    found: int = cluster.wait_for(count, f"{marker} in {name}'s serial log", timeout=timeout, every=1)
-    return found
 
 
 def gone(cluster: NodeCluster, pod: str, timeout: float) -> None:
