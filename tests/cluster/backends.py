@@ -8,7 +8,8 @@ node has no `/dev/vhost-net`, so a virtio NIC keeps a QEMU pod Pending). Both bo
 containerDisk of `images.py` (QEMU's SeaBIOS boots its boot sector, Cloud Hypervisor the tiny
 guest as firmware), one vCPU, no display. A VMI with a NIC sets `dnsPolicy: None` and the
 `dnsConfig` a cluster's kubelet would write (the node's kubelet has no cluster DNS and writes
-`search .`, on which virt-launcher's DHCP server panics).
+`search .`, on which virt-launcher's DHCP server panics: ../shared/kubevirt/README.md; ch-launcher
+leaves `.` out of what it offers).
 
 The cgroup readings are cgroup v1 (this machine): `memory.usage_in_bytes` and
 `memory.max_usage_in_bytes` of the `compute` container's memory cgroup, `cpuacct.usage` of the
