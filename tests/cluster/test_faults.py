@@ -83,7 +83,7 @@ def test_virt_handler_restarting_finds_both_launchers_again_and_the_guests_run_o
     names = ("f-handler-a", "f-handler-b")
     before = fresh(*names)
     offset = len(node_cluster.node_log("virt-handler"))
-    watch = node_cluster.watch("vmi", *names)
+    watch = node_cluster.watch("vmi")  # all of them: kubectl watches one name at most
     try:
         print("\n" + node_cluster.kill("virt-handler"))
 
@@ -181,30 +181,6 @@ def vmm_pid_in_pod(events: set[tuple[str, str, str]]) -> str:
     """The VMM's PID in the pod's PID namespace, as the launcher's VMMCrashed event names it."""
     (message,) = [m for _, reason, m in events if reason == "VMMCrashed"]
     return message.split("(pid ", 1)[1].split(")", 1)[0]
-
-
-def test_a_killed_launcher_takes_its_vmm_with_it_and_the_vmi_fails(node_cluster: NodeCluster, fresh):
-    """The launcher is the compute container's first process: when it dies the kernel ends every
-    process of the container's PID namespace, the VMM included. virt-handler learns it when its
-    next resync finds the launcher's socket dead (KubeVirt's own path for a crashed virt-launcher)."""
-    ((vmi, pod),) = fresh("f-launcher-kill")
-    processes = node_cluster.processes(pod)
-    (launcher,), (vmm,) = processes["ch-launcher"], processes["cloud-hyperviso"]
-    os.kill(launcher, signal.SIGKILL)
-    killed = time.monotonic()
-    node_cluster.wait_for(lambda: not alive(vmm), "the VMM to end with its launcher", timeout=5, every=0.05)
-    vmm_gone = time.monotonic() - killed
-    name = pod["metadata"]["name"]
-    node_cluster.wait_for(lambda: node_cluster.json("get", "pod", name)["status"]["phase"] == "Failed",
-                          "the launcher pod to end", timeout=60)
-    compute = next(s for s in node_cluster.json("get", "pod", name)["status"]["containerStatuses"]
-                   if s["name"] == "compute")
-    assert compute["state"]["terminated"]["exitCode"] == 128 + signal.SIGKILL
-    node_cluster.wait_for_vmi("f-launcher-kill", "Failed", timeout=120)
-    failed = time.monotonic() - killed
-    print(f"\nch-launcher SIGKILLed -> VMM gone {vmm_gone:.2f} s, VMI Failed {failed:.1f} s")
-    assert CRASHED in events_of(node_cluster, vmi["metadata"]["uid"])
-    assert not set(node_cluster.containers_of(name)) & node_cluster.running_tasks()
 
 
 WEBHOOK_DOWN = ('Error from server (InternalError): error when creating "STDIN": Internal error occurred: failed '
