@@ -80,21 +80,24 @@ def storage(node_cluster: NodeCluster, volumes: StaticVolumes) -> Iterator[dict[
 
 def test_a_vm_with_a_filesystem_and_a_block_claim_runs_with_both_in_its_volume_status(
         node_cluster: NodeCluster, storage: dict[str, Any]) -> None:
-    statuses = {v["name"]: v for v in storage["status"]["volumeStatus"]}
-    assert sorted(statuses) == ["cloudinitdisk", "containerdisk", "pvc-block", "pvc-fs"], statuses
+    def statuses() -> dict[str, dict[str, Any]] | None:  # each with its target: virt-handler's, maybe after Ready
+        found = {v["name"]: v for v in node_cluster.json("get", "vmi", NAME)["status"].get("volumeStatus", [])}
+        return found if len(found) == 4 and all(v.get("target") for v in found.values()) else None
+    volumes: dict[str, dict[str, Any]] = node_cluster.wait_for(statuses, "the VMI's volume status", timeout=60)
+    assert sorted(volumes) == ["cloudinitdisk", "containerdisk", "pvc-block", "pvc-fs"], volumes
     for name, mode in (("pvc-fs", "Filesystem"), ("pvc-block", "Block")):
-        info = statuses[name]["persistentVolumeClaimInfo"]
+        info = volumes[name]["persistentVolumeClaimInfo"]
         assert (info["claimName"], info["volumeMode"], info["capacity"]["storage"]) == (name, mode, "64Mi"), info
-        assert statuses[name]["target"].startswith("vd"), statuses[name]
+        assert volumes[name]["target"].startswith("vd"), volumes[name]
     # what the VMM opened: KubeVirt's paths in the pod (the claim's disk.img, the block device node)
     disks = {d["id"]: d for d in vmm_info(node_cluster, node_cluster.launcher_pod(storage))["config"]["disks"]}
     assert disks["pvc-fs"]["path"] == "/var/run/kubevirt-private/vmi-disks/pvc-fs/disk.img"
     assert disks["pvc-block"]["path"] == "/dev/pvc-block"
     assert not disks["pvc-fs"].get("readonly") and not disks["pvc-block"].get("readonly")
-    # the launcher made disk.img in the volume's directory, the claim's size less KubeVirt's
-    # filesystem overhead, owned by the pod's user
+    # the launcher made disk.img in the volume's directory, of the claim's size (KubeVirt's rule:
+    # the request, when the capacity is not smaller), owned by the pod's user
     image = CLAIMS["pvc-fs"].image
-    assert (image.stat().st_uid, image.stat().st_size > 0) == (107, True), image.stat()
+    assert (image.stat().st_uid, image.stat().st_size) == (107, 64 << 20), image.stat()
 
 
 def test_what_the_guest_writes_on_its_claims_survives_virtctl_restart(node_cluster: NodeCluster,
