@@ -18,10 +18,12 @@
 
 Everything lives under `build/` (ignored by git): podman's storage of its own (`build/cluster/podman`,
 so the machine's `/var/lib/containers` is never touched), the base root filesystem (kept and reused:
-mmdebstrap takes about a minute), the archives. `podman build` reuses its layers, so a rebuild with
-unchanged sources takes seconds; KubeVirt's launcher image, when its archive is not kept yet, builds
-beside the others (its own mmdebstrap and podman storage). A file lock serialises concurrent builds
-of one checkout.
+mmdebstrap takes about a minute), the archives. Only podman's run root (its locks and transient
+state), whose path podman refuses above 50 characters, lives outside it: `short_runroot()`, a
+directory under /tmp named after the storage, so that a checkout at any depth builds. `podman build`
+reuses its layers, so a rebuild with unchanged sources takes seconds; KubeVirt's launcher image,
+when its archive is not kept yet, builds beside the others (its own mmdebstrap and podman storage).
+A file lock serialises concurrent builds of one checkout.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from pathlib import Path
 from tests.apiserver.cluster import Cluster
 from tests.cluster import qemu_launcher
 from tests.cluster.bootdisk import boot_disk
+from tests.cluster.podman_runroot import short_runroot
 from tests.guest.build import guest_payload, missing_tools
 from tests.real_vmm import SHARED, SHARED_CH
 
@@ -131,15 +134,27 @@ class Builder:
         self.build_dir = build
         self.images_dir = images_dir
         storage = build / "podman"
-        self.podman = ["podman", "--root", str(storage / "root"), "--runroot", str(storage / "runroot")]
+        self.storage_root = storage / "root"
+        self.podman = ["podman", "--root", str(self.storage_root), "--runroot", str(short_runroot(storage))]
 
     def build(self) -> Images:
         with _locked(), concurrent.futures.ThreadPoolExecutor(1) as pool:
             virt_launcher = pool.submit(self.virt_launcher_image)  # a storage of its own: built beside the rest
+            self.adopt_storage()
             rootfs = self.base_rootfs()
             self.base_image(rootfs)
             launcher, admission = self.addon_images()
             return Images(launcher, admission, virt_launcher.result(), self.disk_image())
+
+    def adopt_storage(self) -> None:
+        """A storage an earlier build made with another run root (its database records it, and
+        podman refuses it: "database configuration mismatch") gets a new database: it holds
+        the state of containers, of which a build keeps none; the images and layers stay."""
+        proc = subprocess.run([*self.podman, "images", "--quiet"], capture_output=True, text=True, timeout=300,
+                              check=False)
+        if proc.returncode != 0 and "database configuration mismatch" in proc.stderr:
+            (self.storage_root / "libpod" / "bolt_state.db").unlink(missing_ok=True)
+            _run([*self.podman, "images", "--quiet"], timeout=300)
 
     # --- the base: Debian bookworm with python3 --------------------------------------------
 

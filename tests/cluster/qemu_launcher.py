@@ -22,6 +22,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from tests.cluster.podman_runroot import short_runroot
 from tests.real_vmm import SHARED
 
 SCRIPT_DIR = SHARED / "kubevirt" / "qemu-launcher"
@@ -58,7 +59,7 @@ def build(build_dir: Path, name: str, timeout: float = 1800) -> Path:
     storage = build_dir / "qemu-launcher-podman"
     conf = build_dir / "qemu-launcher-storage.conf"
     conf.write_text(f'[storage]\ndriver = "overlay"\ngraphroot = "{storage / "root"}"\n'
-                    f'runroot = "{storage / "runroot"}"\n')
+                    f'runroot = "{short_runroot(storage)}"\n')
     env = {**os.environ, "TAG": name, "CONTAINERS_STORAGE_CONF": str(conf)}
     partial = out.with_suffix(".partial.tar")
     try:
@@ -79,7 +80,8 @@ def build(build_dir: Path, name: str, timeout: float = 1800) -> Path:
 
 def _empty(storage: Path, env: dict[str, str]) -> None:
     """Remove the script's podman storage: its images through podman (which unmounts their layers),
-    then the directory."""
+    then the directory and its run root."""
     if storage.exists():
         subprocess.run(["podman", "rmi", "--all", "--force"], capture_output=True, env=env, timeout=300, check=False)
         shutil.rmtree(storage)
+    shutil.rmtree(short_runroot(storage), ignore_errors=True)

@@ -25,7 +25,7 @@ from tests.cluster.bootdisk import POWER_BUTTON
 from tests.cluster.images import LAUNCHER_IMAGE
 from tests.cluster.node import NodeCluster, archive_reference
 from tests.cluster.objects import CH
-from tests.cluster.test_faults import CRASHED, alive, events_of, pause_and_unpause
+from tests.cluster.test_faults import CRASHED, alive, events_once, pause_and_unpause
 from tests.cluster.test_vm_story import NAME as README_VM
 from tests.cluster.test_vm_story import readme_check as readme_vm_check
 
@@ -225,7 +225,7 @@ def test_a_killed_virt_launcher_and_a_killed_ch_launcher_fail_their_vmis_alike(
           f"{vmm_gone:.2f} s), virt-launcher (QEMU) {failed[QEMU]:.1f} s")
     for backend, exit_code in ((CLOUD_HYPERVISOR, 128 + signal.SIGKILL), (QEMU, 255)):
         vmi_obj, pod = both[backend]
-        assert CRASHED in events_of(node_cluster, vmi_obj["metadata"]["uid"]), backend
+        assert CRASHED in events_once(node_cluster, vmi_obj["metadata"]["uid"], "Stopped"), backend
         ended = ended_pod(node_cluster, pod["metadata"]["name"])
         compute = next(s for s in ended["status"]["containerStatuses"] if s["name"] == "compute")
         assert compute["state"]["terminated"]["exitCode"] == exit_code, (backend, compute)
