@@ -197,7 +197,7 @@ def test_a_killed_virt_launcher_and_a_killed_ch_launcher_fail_their_vmis_alike(
     """SIGKILL of the launcher process of each backend, one right after the other. ch-launcher is
     its compute container's first process: when it dies the kernel ends every process of the
     container's PID namespace, its VMM at once (the container exits 137). QEMU's pod keeps
-    virt-launcher-monitor, which stops QEMU and exits (255). virt-handler learns either way only
+    virt-launcher-monitor, which stops QEMU and exits (255, once 1). virt-handler learns either way only
     from its watchdog, when the launcher's command socket has refused connections for 30 s
     (`--watchdog-timeout`, checked every 11 s: `pkg/virt-handler/cache/domain-watcher.go`;
     KubeVirt's own path for a crashed virt-launcher), and fails the VMI as crashed. The times are
@@ -223,10 +223,13 @@ def test_a_killed_virt_launcher_and_a_killed_ch_launcher_fail_their_vmis_alike(
         watch.close()
     print(f"\nSIGKILL -> VMI Failed: ch-launcher (Cloud Hypervisor) {failed[CLOUD_HYPERVISOR]:.1f} s (its VMM gone "
           f"{vmm_gone:.2f} s), virt-launcher (QEMU) {failed[QEMU]:.1f} s")
-    for backend, exit_code in ((CLOUD_HYPERVISOR, 128 + signal.SIGKILL), (QEMU, 255)):
+    # ch-launcher's container ends as its first process did (killed: 137); virt-launcher-monitor
+    # exits on its own, 255 (its child's -1 status) in most runs, 1 in one run at load 33
+    exit_codes = {CLOUD_HYPERVISOR: {128 + signal.SIGKILL}, QEMU: {1, 255}}
+    for backend, expected in exit_codes.items():
         vmi_obj, pod = both[backend]
         assert CRASHED in events_once(node_cluster, vmi_obj["metadata"]["uid"], "Stopped"), backend
         ended = ended_pod(node_cluster, pod["metadata"]["name"])
         compute = next(s for s in ended["status"]["containerStatuses"] if s["name"] == "compute")
-        assert compute["state"]["terminated"]["exitCode"] == exit_code, (backend, compute)
+        assert compute["state"]["terminated"]["exitCode"] in expected, (backend, compute)
         assert not set(node_cluster.containers_of(pod["metadata"]["name"])) & node_cluster.running_tasks()
