@@ -49,7 +49,7 @@ demo: $(STAMP)
 	$(PY) -m demo examples/vmi-demo.yaml
 
 # Static checks, each failing the run on any finding: the layering (.importlinter), types
-# (mypy --strict over ch_launcher and admission, [tool.mypy]) and lint (ruff, [tool.ruff]).
+# (mypy --strict over ch_launcher, admission and tests, [tool.mypy]) and lint (ruff, [tool.ruff]).
 RUFF_PATHS := ch_launcher admission demo bench tests
 lint: $(STAMP)
 	$(VENV)/bin/lint-imports  # finds .importlinter itself

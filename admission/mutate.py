@@ -46,7 +46,7 @@ from admission.overhead import CHSettings, ch_overhead, kubevirt_constants_for, 
 from admission.review import AdmissionRequest, Cause, allow, deny, deny_invalid
 from admission.rules import Outcome
 from admission.selection import ANNOTATION, VALUE, annotations_of, get, hypervisor, object_at
-from ch_launcher.convert import LauncherEnv, check
+from ch_launcher.convert import LauncherEnv, Plan, check
 from ch_launcher.convert.runtime import runtime_processes_needed
 from ch_launcher.kubevirt.quantity import format_bytes, quantity_bytes
 from ch_launcher.kubevirt.vmi import InvalidVMI, parse_vmi
@@ -167,8 +167,7 @@ def mutate_pod(request: AdmissionRequest, config: Config, needs: NeedsVMI, vmi: 
     if problem:
         return Outcome(deny(uid, f"{where}: {problem}", 403, "Forbidden"), "denied")
     verdict = check(vmi, LauncherEnv(permitted_host_devices=kubevirt.host_devices) if kubevirt is not None else None)
-    warnings = [w.message if not w.field or w.field in w.message else f"{w.field}: {w.message}"
-                for w in verdict.warnings]
+    warnings = [w.text for w in verdict.warnings]
     if verdict.problems:
         causes = [Cause(p.reason, f"{where}: {p.message}", p.field) for p in verdict.problems]
         return Outcome(deny_invalid(uid, causes, warnings), "denied")
@@ -183,7 +182,9 @@ def mutate_pod(request: AdmissionRequest, config: Config, needs: NeedsVMI, vmi: 
     index, container = found
     try:
         ops, record = _launcher_ops(index, container, config, runtime_processes=runtime_processes_needed(model))
-        memory_ops, memory_record, overhead = _memory_ops(index, container, pod, model, config, kubevirt)
+        assert verdict.plan is not None  # no problems: a plan
+        memory_ops, memory_record, overhead = _memory_ops(index, container, pod, model, verdict.plan, config,
+                                                          kubevirt)
         ops += memory_ops + _device_ops(index, container, pod, record)
     except _Refuse as e:
         return Outcome(deny(uid, f"the launcher pod of {where}: {e}"), "denied")
@@ -231,12 +232,12 @@ def _launcher_ops(index: int, c: dict[str, Any], config: Config, *, runtime_proc
     return ops, record
 
 
-def _memory_ops(index: int, c: dict[str, Any], pod: dict[str, Any], vmi: Any, config: Config,
+def _memory_ops(index: int, c: dict[str, Any], pod: dict[str, Any], vmi: Any, plan: Plan, config: Config,
                 kubevirt: KubeVirtStatus | None) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
     """Swap KubeVirt's overhead for ours in the memory request and limit (contract.md §13 rules)."""
     arch = vmi.spec.architecture or _node_arch(pod) or "amd64"
     bindings = kubevirt.bindings if kubevirt is not None else {}
-    ours = ch_overhead(vmi, settings=CHSettings.from_mib(config.overhead.launcherMiB, config.overhead.vmmMiB),
+    ours = ch_overhead(vmi, plan, settings=CHSettings.from_mib(config.overhead.launcherMiB, config.overhead.vmmMiB),
                        arch=arch, ratio=config.overhead.ratio, bindings=bindings).total
     theirs, source = _kubevirt_added(pod, vmi, arch, kubevirt)
     resources = object_at(c, "resources")

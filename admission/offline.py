@@ -37,7 +37,7 @@ from admission import migrations
 from admission.cluster import KubeVirtStatus
 from admission.config import Config, ConfigError, load_config
 from admission.kubevirt_defaults import with_virt_api_defaults
-from admission.overhead import KUBEVIRT_CONSTANTS, ROWS, CHSettings, ch_overhead, kubevirt_overhead
+from admission.overhead import KUBEVIRT_CONSTANTS, ROWS, CHSettings, ch_overhead, kubevirt_overhead, plan_of
 from admission.review import parse_review
 from admission.rules import validate, vmi_from_template
 from admission.selection import ANNOTATION, TEMPLATE_PATHS, VALUE, object_at, target
@@ -235,10 +235,11 @@ def _mib(n: int) -> str:
 
 
 def overhead_table(vmi_doc: dict[str, Any], config: Config, kubevirt: str = "main", arch: str = "amd64") -> str:
-    """The comparison table for one VMI document (raises InvalidVMI if it does not decode)."""
+    """The comparison table for one VMI document (raises InvalidVMI if it does not decode,
+    ValueError if Cloud Hypervisor cannot run it)."""
     vmi = parse_vmi(vmi_doc)
     settings = CHSettings.from_mib(config.overhead.launcherMiB, config.overhead.vmmMiB)
-    ch = ch_overhead(vmi, settings=settings, arch=arch, ratio=config.overhead.ratio)
+    ch = ch_overhead(vmi, plan_of(vmi), settings=settings, arch=arch, ratio=config.overhead.ratio)
     kv = kubevirt_overhead(vmi, constants=KUBEVIRT_CONSTANTS[kubevirt], arch=arch, ratio=config.overhead.ratio)
     width = max(len(r.label) for r in ROWS)
     lines = [f"{'term':<{width}}  {'CH MiB':>9}  {'QEMU MiB':>9}"]

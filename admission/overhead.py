@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from admission.versions import parse_version
-from ch_launcher.convert.runtime import runtime_processes_needed
+from ch_launcher.convert import check
+from ch_launcher.convert.plan import Plan
+from ch_launcher.convert.runtime import has_vfio, runtime_processes_needed, vfio_devices
 from ch_launcher.kubevirt.quantity import GiB, MiB, quantity_bytes
 from ch_launcher.kubevirt.vmi import CPU, VirtualMachineInstance
 
@@ -185,12 +187,18 @@ class CHSettings:
 # --- inputs shared by both formulas ---------------------------------------------------------------
 
 
-def memory_request(vmi: VirtualMachineInstance) -> int:
-    """`spec.domain.resources.requests.memory`, as KubeVirt's formula reads it.
+def kubevirt_memory_request(vmi: VirtualMachineInstance) -> int:
+    """`spec.domain.resources.requests.memory`, 0 when absent: what KubeVirt's page-table term reads.
+    virt-api defaults `memory.guest` from the request, never the request from `memory.guest`, so a
+    VMI that gives only `memory.guest` gets no page-table term from KubeVirt (seen on a real node:
+    256 MiB for a 128Mi VMI, `kubevirt.io/memory-overhead-bytes` 268435456)."""
+    requests = vmi.spec.domain.resources.requests
+    return quantity_bytes(requests["memory"]) if "memory" in requests else 0
 
-    A VMI read from the API server has been defaulted by virt-api, which fills the request from
-    `memory.guest`; for a VMI from a file (offline) we do the same so page tables are not zero.
-    """
+
+def memory_request(vmi: VirtualMachineInstance) -> int:
+    """The memory the guest is given: the request, else `memory.guest`. Cloud Hypervisor's
+    page-table term is sized by it (KVM's page tables follow guest RAM, however it was asked for)."""
     requests = vmi.spec.domain.resources.requests
     if "memory" in requests:
         return quantity_bytes(requests["memory"])
@@ -220,12 +228,6 @@ def vcpu_count(cpu: CPU | None, requests: Mapping[str, object], limits: Mapping[
     else:
         n = 0
     return max(n, 1)
-
-
-def _has_vfio(vmi: VirtualMachineInstance) -> bool:
-    # kubevirt pkg/vmitrait: host devices, GPUs or an SR-IOV interface
-    d = vmi.spec.domain.devices
-    return bool(d.hostDevices or d.gpus or any(i.sriov is not None for i in d.interfaces))
 
 
 def _probes(vmi: VirtualMachineInstance) -> int:
@@ -291,9 +293,21 @@ def _network(vmi: VirtualMachineInstance, bindings: Mapping[str, int]) -> tuple[
     return passt, plugins
 
 
-def vfio_devices(vmi: VirtualMachineInstance) -> int:
-    d = vmi.spec.domain.devices
-    return len(d.hostDevices) + len(d.gpus) + sum(1 for i in d.interfaces if i.sriov is not None)
+def plan_of(vmi: VirtualMachineInstance) -> Plan:
+    """The translation `ch_overhead` counts the devices of; ValueError naming what Cloud
+    Hypervisor cannot run when there is none (no pod is made for such a VMI)."""
+    verdict = check(vmi)
+    if verdict.plan is None:
+        raise ValueError("Cloud Hypervisor cannot run this VMI: " + "; ".join(p.text for p in verdict.problems))
+    return verdict.plan
+
+
+def io_devices(plan: Plan) -> int:
+    """The virtio devices with an I/O path of their own the VM is made with: disks, NICs and
+    filesystems, as the translation made them (an SR-IOV NIC, passed through with VFIO, is none:
+    `vfio_devices` counts it; the VFIO devices themselves are known only in the pod)."""
+    config = plan.config
+    return len(config.disks or ()) + len(config.net or ()) + len(config.fs or ())
 
 
 def guest_ram(vmi: VirtualMachineInstance) -> int:
@@ -320,7 +334,7 @@ def _add_vmm_independent_terms(t: dict[str, int], vmi: VirtualMachineInstance, r
     reservedOverhead, then the ratio over everything so far (last in the backend), then the
     network terms (added after the backend). `vfio`: the formula's own VFIO term (KubeVirt's when
     None)."""
-    t["vfio"] = (VFIO if _has_vfio(vmi) else 0) if vfio is None else vfio
+    t["vfio"] = (VFIO if has_vfio(vmi) else 0) if vfio is None else vfio
     t["downward_metrics"] = DOWNWARD_METRICS if _has_downward_metrics(vmi) else 0
     t["probes"] = _probes(vmi)
     t["sev"] = SEV if _has_sev(vmi) else 0
@@ -342,7 +356,7 @@ def kubevirt_overhead(vmi: VirtualMachineInstance, *, constants: KubeVirtConstan
     res = d.resources
     b = Breakdown(f"KubeVirt {constants.name} (QEMU)")
     t = b.terms
-    t["page_tables"] = page_tables(memory_request(vmi))
+    t["page_tables"] = page_tables(kubevirt_memory_request(vmi))
     t["virt_launcher_monitor"] = constants.virt_launcher_monitor
     t["launcher"] = constants.virt_launcher
     t["virtlogd"] = constants.virtlogd
@@ -356,9 +370,11 @@ def kubevirt_overhead(vmi: VirtualMachineInstance, *, constants: KubeVirtConstan
     return b
 
 
-def ch_overhead(vmi: VirtualMachineInstance, *, settings: CHSettings = CHSettings(), arch: str = "amd64",
-                ratio: Decimal = Decimal(1), bindings: Mapping[str, int] | None = None) -> Breakdown:
-    """The Cloud Hypervisor pod's overhead, row by row against `kubevirt_overhead()`.
+def ch_overhead(vmi: VirtualMachineInstance, plan: Plan, *, settings: CHSettings = CHSettings(),
+                arch: str = "amd64", ratio: Decimal = Decimal(1), bindings: Mapping[str, int] | None = None
+                ) -> Breakdown:
+    """The Cloud Hypervisor pod's overhead, row by row against `kubevirt_overhead()`; `plan` is
+    the VMI's translation (`convert.check(vmi).plan`), whose devices the VMM runs.
 
     Kept from KubeVirt because they do not depend on the VMM: page tables (KVM's EPT/shadow
     pages, kernel memory charged to the pod), the downward-metrics emptyDir, exec probes
@@ -376,7 +392,7 @@ def ch_overhead(vmi: VirtualMachineInstance, *, settings: CHSettings = CHSetting
     dropped for every other VMI, whose launcher is the container's command);
     KubeVirt's 1 GiB of VFIO lock allowance by what VFIO adds to the pod's memory (`ch_vfio`),
     virt-launcher by ch-launcher, QEMU by cloud-hypervisor, 8 MiB per vCPU by
-    CH_PER_VCPU, the IOThread by CH_PER_DEVICE per disk, interface and filesystem, and QEMU's
+    CH_PER_VCPU, the IOThread by CH_PER_DEVICE per disk, NIC and filesystem of the plan, and QEMU's
     arm64 pflash by CH's UEFI region.
 
     Hugepages: guest RAM then comes from the hugepages resource, not from memory; the terms are
@@ -385,7 +401,6 @@ def ch_overhead(vmi: VirtualMachineInstance, *, settings: CHSettings = CHSetting
     """
     d = vmi.spec.domain
     res = d.resources
-    devices = len(d.devices.disks) + len(d.devices.interfaces) + len(d.devices.filesystems)
     b = Breakdown("Cloud Hypervisor")
     t = b.terms
     t["page_tables"] = page_tables(memory_request(vmi))
@@ -396,7 +411,7 @@ def ch_overhead(vmi: VirtualMachineInstance, *, settings: CHSettings = CHSetting
     t["virtqemud"] = CH_SPAWNER if helpers else 0
     t["vmm"] = settings.vmm
     t["vcpus"] = CH_PER_VCPU * vcpu_count(d.cpu, res.requests, res.limits)
-    t["io"] = CH_PER_DEVICE * devices
+    t["io"] = CH_PER_DEVICE * io_devices(plan)
     t["video"] = 0
     t["arm64_firmware"] = CH_ARM64_UEFI if arch == "arm64" else 0
     _add_vmm_independent_terms(t, vmi, ratio, bindings, vfio=ch_vfio(vmi))

@@ -181,11 +181,6 @@ def vmi_from_template(t: Target, namespace: str) -> dict[str, Any] | None:
             "metadata": metadata, "spec": t.template.get("spec")}
 
 
-def _warning_text(field: str, message: str) -> str:
-    """A warning must name its field (kubectl prints only the text)."""
-    return message if not field or field in message else f"{field}: {message}"
-
-
 def _check(uid: str, t: Target, request: AdmissionRequest, config: Config,
            kubevirt: KubeVirtStatus | None, gate: KubeVirtStatus | None) -> Outcome:
     """The translator's verdict on the object's VMI (knowing the host devices `kubevirt`
@@ -207,7 +202,7 @@ def _check(uid: str, t: Target, request: AdmissionRequest, config: Config,
             if isinstance(p, NoMemoryRequested) and t.kind != "VirtualMachineInstance":
                 continue  # a template's size may come from an instancetype: KubeVirt asks it of VMIs only
             causes.append(Cause(p.reason, prefix_paths(p.message, t.prefix), prefix_field(p.field, t.prefix)))
-        warnings.extend(prefix_paths(_warning_text(w.field, w.message), t.prefix) for w in verdict.warnings)
+        warnings.extend(prefix_paths(w.text, t.prefix) for w in verdict.warnings)
     problem = version_problem(gate, config.kubevirt.version_range)
     if problem:
         field = (t.prefix if t.on_template else "") + ANNOTATION_FIELD

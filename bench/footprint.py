@@ -49,8 +49,8 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from demo import CmdClient, LauncherLayout, LauncherProcess, NotifyRecorder, container_disk_images  # noqa: E402
-from demo.launcher import FAKE_CH  # noqa: E402
+from tests.framework import CmdClient, LauncherLayout, LauncherProcess, NotifyRecorder, container_disk_images  # noqa: E402
+from tests.framework.launcher import FAKE_CH  # noqa: E402
 from tests.functional.harness import make_vmi  # noqa: E402
 from tests.guest.build import guest_payload, missing_tools  # noqa: E402
 from tests.manifests.containerfile import parse  # noqa: E402

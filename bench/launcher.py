@@ -32,7 +32,7 @@ import time
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from demo import (  # noqa: E402
+from tests.framework import (  # noqa: E402
     FAKE_CH,
     CmdClient,
     LauncherLayout,

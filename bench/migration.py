@@ -52,7 +52,7 @@ sys.path.insert(0, str(REPO))
 
 from tests import real_vmm  # noqa: E402
 from tests.contract.harness import Vmm, launch, real_backend  # noqa: E402
-from tests.contract.test_migration import Receive, host_snapshots_vcpus, no_backtrace_env  # noqa: E402
+from tests.contract.migration_support import Receive, host_snapshots_vcpus, no_backtrace_env  # noqa: E402
 from tests.functional.harness import RealVmm  # noqa: E402
 from tests.functional.migration_handler import DIRECT_PORT, MigrationPair, migratable_vmi, migration_of  # noqa: E402
 from tests.functional.migration_proxy import ProxyManager  # noqa: E402

@@ -34,8 +34,8 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.footprint import rollup  # noqa: E402
-from demo import CmdClient, LauncherLayout, LauncherProcess, NotifyRecorder, container_disk_images  # noqa: E402
 from tests import real_vmm  # noqa: E402
+from tests.framework import CmdClient, LauncherLayout, LauncherProcess, NotifyRecorder, container_disk_images  # noqa: E402
 from tests.functional.harness import make_vmi  # noqa: E402
 from tests.functional.pod_probes import api  # noqa: E402
 from tests.guest.build import guest_payload  # noqa: E402

@@ -51,16 +51,15 @@ FINAL_NOTIFY_WAIT_AFTER_KILL = 30.0  # ... and 30 s more
 EXIT_TIMEOUT = 2              # Go's panic exit status
 
 
-@dataclass
-class Settings:
+@dataclass(frozen=True)
+class Settings(paths.LauncherPaths):
+    """The command line: virt-launcher's flags (and the launcher's own), parsed."""
+
+    hotplug_disk_dir: str = paths.HOTPLUG_DISK_DIR + "/"  # as virt-launcher passes it
     qemu_timeout: float = 180.0
     name: str = ""
     uid: str = ""
     namespace: str = ""
-    share_dir: str = paths.SHARE_DIR
-    ephemeral_disk_dir: str = paths.EPHEMERAL_DISK_DIR
-    container_disk_dir: str = paths.CONTAINER_DISK_DIR
-    hotplug_disk_dir: str = paths.HOTPLUG_DISK_DIR + "/"
     grace_period_seconds: int = 30
     hook_sidecars: int = 0
     ovmf_path: str = "/usr/share/edk2/ovmf"
@@ -69,8 +68,6 @@ class Settings:
     simulate_crash: bool = False
     verbosity: int = 2
     ch_binary: str = paths.CH_BINARY
-    private_dir: str = paths.PRIVATE_DIR
-    firmware_dir: str = paths.FIRMWARE_DIR
     kubevirt_runtime_processes: bool = False  # the monitor / virtqemud / qemu-system tree (docs/process-model.md)
     ignored: list[str] = field(default_factory=list)   # unknown flags, logged once logging is up
     accepted: dict[str, object] = field(default_factory=dict)  # flags accepted without effect
@@ -267,9 +264,7 @@ async def run(settings: Settings, spawning: VmmSpawning | None = None) -> int:
         precreate_log(settings.private_dir, settings.uid)
     notifier = Notifier(settings.notify_socket)
     manager = DomainManager(ManagerSettings(
-        private_dir=settings.private_dir, share_dir=settings.share_dir,
-        ephemeral_disk_dir=settings.ephemeral_disk_dir, container_disk_dir=settings.container_disk_dir,
-        hotplug_disk_dir=settings.hotplug_disk_dir.rstrip("/") or "/", firmware_dir=settings.firmware_dir,
+        **{**settings.directories(), "hotplug_disk_dir": settings.hotplug_disk_dir.rstrip("/") or "/"},
         ch_binary=settings.ch_binary, name=settings.name, namespace=settings.namespace, uid=settings.uid,
         spawning=spawning), notifier)
     stop = asyncio.Event()

@@ -130,7 +130,7 @@ def k8s_event_json(*, type: str, reason: str,  # noqa: A002 - the Event's field;
 class Notifier:
     """Delivers events to virt-handler's Notify server at `socket_path` (see module doc).
 
-    Usage: `await send_domain(json)` on every state or metadata change; at the end
+    Usage: `send_domain(json)` on every state or metadata change; at the end
     `await flush(15)` then `await close()`. Must be used from one event loop.
     """
 
@@ -162,7 +162,7 @@ class Notifier:
 
     # --- public API --------------------------------------------------------------------------
 
-    async def send_domain(self, domain_json: str | bytes, event_type: str = "MODIFIED") -> None:
+    def send_domain(self, domain_json: str | bytes, event_type: str = "MODIFIED") -> None:
         """Queue a Domain event and return at once. For `ERROR` the payload is a metav1.Status
         JSON. Raises ValueError for an unknown event type; after close() the event is dropped
         with a warning."""
@@ -179,8 +179,8 @@ class Notifier:
             self._domain.append(event)
         self._kick()
 
-    async def send_k8s_event(self, *, type: str, reason: str,  # noqa: A002 - as k8s_event_json
-                             message: str, namespace: str, name: str, uid: str) -> None:
+    def send_k8s_event(self, *, type: str, reason: str,  # noqa: A002 - as k8s_event_json
+                       message: str, namespace: str, name: str, uid: str) -> None:
         """Queue a Kubernetes event about the VMI (`type` Normal or Warning) and return at once.
         Raises ValueError for a bad type or a missing VMI identity."""
         payload = k8s_event_json(type=type, reason=reason, message=message, namespace=namespace,

@@ -17,8 +17,8 @@ from typing import Any
 import grpc
 
 from ch_launcher.kubevirt import paths
-from demo.launcher import FAKE_CH, LauncherLayout, LauncherProcess, container_disk_images, fake_firmware
-from demo.virt_handler import CmdClient, CommandError, DomainEvent, NotifyRecorder
+from tests.framework.launcher import FAKE_CH, LauncherLayout, LauncherProcess, container_disk_images, fake_firmware
+from tests.framework.virt_handler import CmdClient, CommandError, DomainEvent, NotifyRecorder
 
 
 def kvm_usable() -> bool:

@@ -43,11 +43,13 @@ def apply(vmi: VMI, *options: Option) -> VMI:
 
 
 def _domain(vmi: VMI) -> dict[str, Any]:
-    return vmi["spec"].setdefault("domain", {})
+    domain: dict[str, Any] = vmi["spec"].setdefault("domain", {})
+    return domain
 
 
 def _devices(vmi: VMI) -> dict[str, Any]:
-    return _domain(vmi).setdefault("devices", {})
+    devices: dict[str, Any] = _domain(vmi).setdefault("devices", {})
+    return devices
 
 
 # metadata

@@ -48,17 +48,7 @@ from .api_errors import (  # re-exported: callers catch them from here
     parse_error_body,
 )
 from .api_transport import UnixConnection, lock_for, read_body
-from .vmconfig import (
-    DeviceConfig,
-    DiskConfig,
-    FsConfig,
-    NetConfig,
-    PciDeviceInfo,
-    VmConfig,
-    VmInfo,
-    VmmPingResponse,
-    VsockConfig,
-)
+from .vmconfig import DeviceConfig, DiskConfig, NetConfig, PciDeviceInfo, VmConfig, VmInfo, VmmPingResponse, VsockConfig
 
 API_ROOT = "/api/v1"
 log = logging.getLogger(__name__)
@@ -248,9 +238,6 @@ class CloudHypervisorClient:
         """`PUT vm.power-button`: ACPI power button; the guest decides what happens."""
         self._put("vm.power-button", None, timeout)
 
-    def nmi(self, *, timeout: float | None = None) -> None:
-        self._put("vm.nmi", None, timeout)
-
     def delete(self, *, timeout: float | None = None) -> None:
         """`PUT vm.delete`: stops the VM if running and drops its config; a no-op without one."""
         self._put("vm.delete", None, timeout)
@@ -286,10 +273,8 @@ class CloudHypervisorClient:
         """`PUT vm.add-net` with a named tap (`tap`); tap fds by SCM_RIGHTS are not supported here."""
         return self._add("vm.add-net", net, timeout)
 
-    def add_fs(self, fs: FsConfig | dict[str, Any], *, timeout: float | None = None) -> PciDeviceInfo | None:
-        return self._add("vm.add-fs", fs, timeout)
-
     def add_vsock(self, vsock: VsockConfig | dict[str, Any], *, timeout: float | None = None) -> PciDeviceInfo | None:
+        """`PUT vm.add-vsock`: a virtio-vsock device (the guest agent's channel, its next user)."""
         return self._add("vm.add-vsock", vsock, timeout)
 
     def add_device(self, device: DeviceConfig | dict[str, Any], *,

@@ -22,7 +22,7 @@ from ch_launcher.convert.context import (
     SMBios,
     Translation,
 )
-from ch_launcher.convert.errors import Degradation, UnsupportedFeature, UnsupportedFeatures
+from ch_launcher.convert.errors import Degradation, UnsupportedFeature, UnsupportedFeatures, naming_field
 from ch_launcher.convert.memory import NoMemoryRequested
 from ch_launcher.convert.plan import Plan
 from ch_launcher.convert.registry import CONFIGURATORS
@@ -30,9 +30,9 @@ from ch_launcher.kubevirt.vmi import InvalidVMI, VirtualMachineInstance, parse_v
 
 __all__ = [
     "Degradation", "LauncherEnv", "LauncherOptions", "NoMemoryRequested", "PermittedHostDevices", "Plan",
-    "PodFacts", "SMBios", "Translation", "UnsupportedFeature", "UnsupportedFeatures", "Verdict", "check", "translate",
+    "PodFacts", "SMBios", "Translation", "UnsupportedFeature", "UnsupportedFeatures", "Verdict", "check",
+    "naming_field", "translate",
 ]
-
 
 
 @dataclass
@@ -68,7 +68,7 @@ def check(vmi: VirtualMachineInstance | dict[str, Any] | bytes | str,
         causes = e.causes or [("", str(e))]
         return Verdict(problems=[UnsupportedFeature(p, m, "FieldValueInvalid") for p, m in causes])
     t = _run(model, env or LauncherEnv(), options or LauncherOptions())
-    plan = None if t.problems else _plan(t)
+    plan = None if t.problems else t.plan()
     return Verdict(problems=t.problems, warnings=t.warnings, plan=plan, migration_blockers=list(t.migration_blockers))
 
 
@@ -80,10 +80,3 @@ def translate(vmi: VirtualMachineInstance | dict[str, Any] | bytes | str,
         raise UnsupportedFeatures(verdict.problems)
     assert verdict.plan is not None
     return verdict.plan
-
-
-def _plan(t: Translation) -> Plan:
-    return Plan(config=t.config, steps=t.steps, warnings=t.warnings, disks=t.disks,
-                interfaces=t.interfaces, serial_socket=t.serial_socket, dhcp=t.dhcp,
-                hotplug_disks=set(t.hotplug_disks), tpm=t.tpm, migration_blockers=list(t.migration_blockers),
-                host=t.host, host_devices=t.host_devices, disk_sizing=dict(t.disk_sizing))

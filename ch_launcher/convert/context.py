@@ -13,14 +13,12 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
 
 from ch_launcher.ch.vmconfig import VmConfig
 from ch_launcher.convert.errors import Degradation, Reason, UnsupportedFeature, UnsupportedFeatures
-from ch_launcher.convert.plan import DhcpSpec, HostTuning, Step
+from ch_launcher.convert.plan import PLAN_FIELDS, Plan
 from ch_launcher.convert.topology import HostTopology
 from ch_launcher.kubevirt import paths
-from ch_launcher.kubevirt.domain_view import DomainDisk, DomainHostDevice, DomainInterface
 from ch_launcher.kubevirt.quantity import parse_quantity
 from ch_launcher.kubevirt.vmi import Quantity, VirtualMachineInstance
 
@@ -64,17 +62,11 @@ class PermittedHostDevices:
 
 
 @dataclass(frozen=True)
-class LauncherEnv:
+class LauncherEnv(paths.LauncherPaths):
     """Directories of the launcher (every path derives from the flags: docs/architecture.md), the pod's facts
     in the launcher, the KubeVirt CR's permitted host devices and default eviction strategy at
     admission."""
 
-    private_dir: str = paths.PRIVATE_DIR
-    share_dir: str = paths.SHARE_DIR
-    ephemeral_disk_dir: str = paths.EPHEMERAL_DISK_DIR
-    container_disk_dir: str = paths.CONTAINER_DISK_DIR
-    hotplug_disk_dir: str = paths.HOTPLUG_DISK_DIR
-    firmware_dir: str = paths.FIRMWARE_DIR
     root_swtpm_dir: str = paths.ROOT_SWTPM_DIR
     pod: PodFacts | None = None
     permitted_host_devices: PermittedHostDevices = field(default_factory=PermittedHostDevices)
@@ -116,35 +108,27 @@ class GuestNumaCell:
     distances: tuple[tuple[int, int], ...] = ()  # (guest id, distance)
 
 
-class Translation:
-    """The working state of one translation: the config being built and what was found.
+class Translation(Plan):
+    """One translation: a plan being made (every field of `Plan`), its inputs, and what was found.
 
-    Configurators read `vmi`, `env` and `options`, fill `config`, append `steps`, `disks`,
-    `interfaces`, and report with `unsupported()` / `warn()`. A configurator may also raise
-    `UnsupportedFeature`; `checking()` records it and lets the others run, so the user sees
-    every problem at once.
+    Configurators read `vmi`, `env` and `options`, fill the plan's fields (`config`, `steps`,
+    `disks`, `interfaces`, ...), and report with `unsupported()` / `warn()`. A configurator may
+    also raise `UnsupportedFeature`; `checking()` records it and lets the others run, so the user
+    sees every problem at once. `plan()` hands the result over.
     """
 
     def __init__(self, vmi: VirtualMachineInstance, env: LauncherEnv, options: LauncherOptions):
+        super().__init__(config=VmConfig())
         self.vmi = vmi
         self.env = env
         self.options = options
-        self.config = VmConfig()
-        self.steps: list[Step] = []
-        self.disks: list[DomainDisk] = []
-        self.interfaces: list[DomainInterface] = []
-        self.host_devices: list[DomainHostDevice] = []
         self.problems: list[UnsupportedFeature] = []
-        self.warnings: list[Degradation] = []
         self.shared_memory_reasons: list[str] = []  # devices that need memory.shared (or hugepages)
-        self.serial_socket: str | None = None
-        self.dhcp: list[DhcpSpec] = []  # DHCP servers the launcher runs (masquerade, bridge)
-        self.hotplug_disks: set[str] = set()  # disks of hotplugged volumes (attached and detached live)
-        self.tpm: Any = None  # convert.tpm.TpmSpec: the swtpm the launcher runs
-        self.migration_blockers: list[tuple[str, str]] = []  # (KubeVirt reason, why): convert/migration.py
-        self.host = HostTuning()  # what the launcher does to the pod's processes (replaced, never mutated)
         self.guest_numa: list[GuestNumaCell] = []  # compute decides, memory sizes (numa passthrough)
-        self.disk_sizing: dict[str, Any] = {}  # disk name -> convert.expansion.DiskSizing
+
+    def plan(self) -> Plan:
+        """The plan made (sharing this translation's values: the translation is done with)."""
+        return Plan(**{name: getattr(self, name) for name in PLAN_FIELDS})
 
     @property
     def vmi_dir(self) -> str:

@@ -13,6 +13,13 @@ from typing import Literal
 Reason = Literal["FieldValueNotSupported", "FieldValueInvalid", "FieldValueRequired", "FieldValueNotFound"]
 
 
+def naming_field(field_path: str, message: str) -> str:
+    """`message` as one line that names its field: `"<field>: <message>"`, unless the message
+    names it already or there is no single field. The rule for every text a user reads alone
+    (kubectl prints a warning's text only; virt-handler shows a failed Sync's message only)."""
+    return message if not field_path or field_path in message else f"{field_path}: {message}"
+
+
 class UnsupportedFeature(Exception):
     """One thing about a VMI that the Cloud Hypervisor backend cannot honour.
 
@@ -28,6 +35,11 @@ class UnsupportedFeature(Exception):
 
     def __repr__(self) -> str:
         return f"UnsupportedFeature({self.field!r}, {self.message!r}, {self.reason!r})"
+
+    @property
+    def text(self) -> str:
+        """The message naming its field (`naming_field`)."""
+        return naming_field(self.field, self.message)
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, UnsupportedFeature) and not isinstance(other, UnsupportedFeatures)
@@ -57,3 +69,8 @@ class Degradation:
 
     field: str
     message: str
+
+    @property
+    def text(self) -> str:
+        """The message naming its field (`naming_field`)."""
+        return naming_field(self.field, self.message)

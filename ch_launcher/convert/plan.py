@@ -7,11 +7,11 @@ Each step names the VMI field it serves, so a failure at launch points at the fi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
 
 from ch_launcher.ch.vmconfig import VmConfig
 from ch_launcher.convert.errors import Degradation
+from ch_launcher.convert.expansion import DiskSizing
 from ch_launcher.kubevirt.domain_view import DomainDisk, DomainHostDevice, DomainInterface
 
 
@@ -62,10 +62,9 @@ class CreateSparseImage(Step):
 @dataclass(frozen=True)
 class ExpandImage(Step):
     """Grow the raw image of a filesystem PVC to the size its claim allows, before boot, when
-    the claim grew while the VM was stopped (`convert.expansion`); never shrinks it. `sizing`
-    is a `convert.expansion.DiskSizing`."""
+    the claim grew while the VM was stopped (`convert.expansion`); never shrinks it."""
 
-    sizing: Any
+    sizing: DiskSizing
 
 
 @dataclass(frozen=True)
@@ -181,8 +180,23 @@ class HostTuning:
     realtime_vcpus: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True)
+class TpmSpec:
+    """One swtpm the launcher runs before boot (`convert.tpm`): `socket` is its control socket
+    (Cloud Hypervisor's `tpm.socket`), `state_dir` its `--tpmstate dir` (created if missing)."""
+
+    socket: str
+    state_dir: str
+    persistent: bool
+    log_file: str
+
+
 @dataclass
 class Plan:
+    """Everything a translation decided about one VM, and the one list of it: the configurators
+    fill these fields on the `Translation` (a plan being made), which hands them over as a Plan
+    (`Translation.plan`). The launcher's manager edits a running VM's plan in place."""
+
     config: VmConfig
     steps: list[Step] = field(default_factory=list)
     warnings: list[Degradation] = field(default_factory=list)
@@ -192,8 +206,11 @@ class Plan:
     serial_socket: str | None = None  # where the VMM's serial console listens, if anywhere
     dhcp: list[DhcpSpec] = field(default_factory=list)  # servers to run before the guest boots
     hotplug_disks: set[str] = field(default_factory=set)  # disk names of hotplugged volumes
-    tpm: Any = None  # convert.tpm.TpmSpec when the VM has a TPM (swtpm runs before boot)
+    tpm: TpmSpec | None = None  # when the VM has a TPM (swtpm runs before boot)
     migration_blockers: list[tuple[str, str]] = field(default_factory=list)  # why it cannot live-migrate
     host: HostTuning = field(default_factory=HostTuning)
-    # disk name -> convert.expansion.DiskSizing of each PVC-backed disk (resized as its claim grows)
-    disk_sizing: dict[str, Any] = field(default_factory=dict)
+    # disk name -> what the size of each PVC-backed disk follows (resized as its claim grows)
+    disk_sizing: dict[str, DiskSizing] = field(default_factory=dict)
+
+
+PLAN_FIELDS = tuple(f.name for f in fields(Plan))

@@ -33,7 +33,6 @@ PRIMARY_POD_INTERFACE = "eth0"
 PRIMARY_TAP = "tap0"
 HASHED_PREFIX = "pod"
 DEFAULT_VM_CIDR = "10.0.2.0/24"  # api.DefaultVMCIDR
-DEFAULT_VM_IPV6_CIDR = "fd10:0:2::/120"  # api.DefaultVMIpv6CIDR
 MASQUERADE_BRIDGE_MAC = "02:00:00:00:00:00"  # link.StaticMasqueradeBridgeMAC
 MIN_MTU = 1280  # Cloud Hypervisor refuses a smaller NetConfig.mtu
 _HASHED_LEN = 11  # namescheme.maxIfaceNameLen

@@ -30,10 +30,16 @@ from ch_launcher.convert.context import Translation
 from ch_launcher.kubevirt.vmi import VirtualMachineInstance
 
 
+def vfio_devices(vmi: VirtualMachineInstance) -> int:
+    """The VMI's devices passed through with VFIO: host devices, GPUs and SR-IOV interfaces
+    (which of them a pod gets, and where, only the pod's device plugins tell)."""
+    devices = vmi.spec.domain.devices
+    return len(devices.hostDevices) + len(devices.gpus) + sum(1 for i in devices.interfaces if i.sriov is not None)
+
+
 def has_vfio(vmi: VirtualMachineInstance) -> bool:
     """vmitrait.HasVFIO (kubevirt pkg/vmitrait/vmitrait.go@d923fdb815cd)."""
-    devices = vmi.spec.domain.devices
-    return bool(devices.hostDevices or devices.gpus or any(i.sriov is not None for i in devices.interfaces))
+    return vfio_devices(vmi) > 0
 
 
 def requires_locking_memory(vmi: VirtualMachineInstance) -> bool:

@@ -20,23 +20,11 @@ interface only, which Windows 11 and Linux (`tpm_crb`) both drive. KubeVirt asks
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ch_launcher.ch.vmconfig import TpmConfig
 from ch_launcher.convert.context import Translation
+from ch_launcher.convert.plan import TpmSpec
 
 DEVICES = "spec.domain.devices"
-
-
-@dataclass(frozen=True)
-class TpmSpec:
-    """One swtpm the launcher runs before boot: `socket` is its control socket (Cloud
-    Hypervisor's `tpm.socket`), `state_dir` its `--tpmstate dir` (created if missing)."""
-
-    socket: str
-    state_dir: str
-    persistent: bool
-    log_file: str
 
 
 def configure_tpm(t: Translation) -> None:

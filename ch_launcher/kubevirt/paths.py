@@ -1,8 +1,13 @@
 """Where things live in a launcher pod by default: virt-launcher's flag defaults
 (kubevirt cmd/virt-launcher/virt-launcher.go@d923fdb815cd, contract.md §7.5, §8) and the
-launcher's own (docs/architecture.md "The processes"). One copy, used by the command line, the
-manager's settings and the translator's environment; every path derives from these or the flags.
+launcher's own (docs/architecture.md "The processes"). `LauncherPaths` is the one declaration of
+the launcher's directories: the command line (`cli.Settings`), the manager's settings and the
+translator's environment (`convert.LauncherEnv`) are each a `LauncherPaths` with more; every path
+derives from these or the flags.
 """
+
+from dataclasses import dataclass, fields
+from typing import Any
 
 PRIVATE_DIR = "/var/run/kubevirt-private"
 SHARE_DIR = "/var/run/kubevirt"
@@ -17,3 +22,21 @@ FIRMWARE_DIR = "/usr/share/cloud-hypervisor"  # hypervisor-fw (BIOS guests) and 
 # <private-dir>/libvirt/qemu/swtpm, which follows --private-dir.
 ROOT_SWTPM_DIR = "/var/lib/libvirt/swtpm"
 SWTPM_BINARY = "swtpm"  # Debian's swtpm, found on PATH (env CH_SWTPM overrides)
+
+
+@dataclass(frozen=True)
+class LauncherPaths:
+    """The launcher's directories, from its flags (virt-launcher's, and `--private-dir`,
+    `--firmware-dir`), with their defaults."""
+
+    private_dir: str = PRIVATE_DIR
+    share_dir: str = SHARE_DIR
+    ephemeral_disk_dir: str = EPHEMERAL_DISK_DIR
+    container_disk_dir: str = CONTAINER_DISK_DIR
+    hotplug_disk_dir: str = HOTPLUG_DISK_DIR
+    firmware_dir: str = FIRMWARE_DIR
+
+    def directories(self) -> dict[str, Any]:
+        """These directories by field name, to make another kind of `LauncherPaths` from them
+        (`LauncherEnv(**paths.directories(), pod=...)`; typed Any as keyword arguments must be)."""
+        return {f.name: getattr(self, f.name) for f in fields(LauncherPaths)}

@@ -6,10 +6,12 @@ so commands never interleave. Blocking REST calls run in one worker
 thread (CH serves one request at a time anyway); translation and preparation run in another.
 
 `DomainManager` (`core`) is a facade over objects that each own their state (docs/architecture.md
-draws them): the domain record (`record`), one session per VMM process (`vmm`), the boot
-(`boot`), the supervision of the VMM (`supervision`), the reconfiguration of a running VM
-(`reconfig`), the lifecycle commands (`commands`); live migration (`migration_source`,
-`migration_target`) works through `migration_port.MigrationHost`.
+draws them): the domain record (`record`), one session per VMM process (`vmm`), the VMM's life
+(`life`), the plan (`planner`), the boot (`boot`), the supervision of the VMM (`supervision`), the
+reconfiguration of a running VM (`reconfig`), the guest services (`guest`), the lifecycle commands
+(`commands`); live migration (`migration_source`, `migration_target`) works with the same objects
+(`parts.ManagerParts`). Work the manager starts by itself goes through the runner's
+lock like the commands (`Runner.background`).
 
 What the manager observes becomes the Domain that virt-handler sees:
 - CH's event stream (a FIFO read with `add_reader`) and the VMM's exit (its pidfd, also with

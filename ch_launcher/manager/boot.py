@@ -1,49 +1,42 @@
 """The boot: from a VMI to a running VM, the steps of `lifecycle.START` (translate, prepare, spawn,
 create, boot), and the same from spawn on for a soft reboot's fresh VMM.
 
-`Planner` turns the VMI into a plan (`convert.translate` with the pod's facts) and makes the
-plan's files (`prepare`), in a worker thread of its own; the reconfiguration of a running VM
-translates through it too. `Boot` does the rest: the guest-facing services and swtpm, a VMM
-that answers and can run this VM (`procmodel`), `vm.create` and `vm.boot`.
+The planner (`planner.Planner`) turns the VMI into a plan and makes the plan's files; `Boot` does
+the rest: the guest-facing services and swtpm, a VMM that answers (`life.VmmLife`) and can run
+this VM (`procmodel`), `vm.create` and `vm.boot`.
 
-Every step runs under the manager's lock (a command's step, or a background task the manager
-started) and raises CommandFailed with the in-band message, leaving no half-made VM behind: a
-VMM that did not answer is stopped, so the next Sync starts a fresh one; a VM config an attempt
-left is deleted.
+Every step runs under the manager's lock (a command's step, or work started through
+`Runner.background`) and raises CommandFailed with the in-band message, leaving no half-made VM
+behind: a VMM that did not answer is stopped (`VmmLife`), so the next Sync starts a fresh one; a
+VM config an attempt left is deleted.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
-import functools
 import logging
 import os
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
-from ch_launcher.ch import versions
 from ch_launcher.lifecycle import VmState
 from ch_launcher.manager import features
-from ch_launcher.manager.pod import read_pod_facts, release_memory
+from ch_launcher.manager.pod import release_memory
 from ch_launcher.manager.settings import CommandFailed
-from ch_launcher.manager.view import cause
 
 if TYPE_CHECKING:
-    from ch_launcher.convert import LauncherOptions, Plan
+    from ch_launcher.convert import LauncherOptions
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
     from ch_launcher.manager.guest import GuestServices
+    from ch_launcher.manager.life import VmmLife
+    from ch_launcher.manager.planner import Planner
     from ch_launcher.manager.reconfig import Reconfiguration
     from ch_launcher.manager.record import DomainRecord
     from ch_launcher.manager.runner import Runner
     from ch_launcher.manager.settings import ManagerSettings
-    from ch_launcher.manager.supervision import Supervision
     from ch_launcher.manager.tpm import Swtpm
-    from ch_launcher.manager.vmm import VmmHost, VmmSession
+    from ch_launcher.manager.vmm import VmmSession
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 RELEASE_WAIT = 5.0  # seconds a boot's release_memory() waits for its Domain event to reach virt-handler
 
@@ -60,60 +53,19 @@ def kvm_unavailable(path: str) -> str | None:
     return None
 
 
-class Planner:
-    """VMI -> Plan, and the plan's files. `options` are the launcher options the VM was planned
-    with (None until then); a later translation of the same VM without options uses them."""
-
-    def __init__(self, settings: ManagerSettings) -> None:
-        self.settings = settings
-        self.options: LauncherOptions | None = None
-        self._work = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="prepare")
-
-    async def plan(self, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> Plan:
-        """The plan of a VM to boot (or to receive) with `options` (None: the defaults)."""
-        self.options = options or features.convert.LauncherOptions()
-        return await self.translate(vmi, self.options)
-
-    async def translate(self, vmi: VirtualMachineInstance, options: LauncherOptions | None = None) -> Plan:
-        """Raises CommandFailed naming every field Cloud Hypervisor cannot run."""
-        options = options or self.options or features.convert.LauncherOptions()
-        env = self.settings.launcher_env(read_pod_facts())
-        try:
-            return await self._in_worker(features.convert.translate, vmi, env, options)
-        except features.convert.UnsupportedFeatures as e:
-            causes = "; ".join(cause(p.field, p.message) for p in e.problems)
-            raise CommandFailed(f"the VMI cannot run on Cloud Hypervisor: {causes}") from None
-
-    async def prepare_files(self, plan: Plan) -> None:
-        """The plan's preparation steps (disks, ISOs, ...), before the VMM opens them."""
-        prepare = features.prepare
-        try:
-            await self._in_worker(functools.partial(prepare.execute, plan, timeout=self.settings.prepare_timeout))
-        except prepare.PreparationError as e:
-            raise CommandFailed(f"preparing the VM failed: {cause(e.field, e.message)}") from None
-
-    async def _in_worker(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._work, functools.partial(fn, *args))
-
-    def close(self) -> None:
-        self._work.shutdown(wait=False, cancel_futures=True)
-
-
 class Boot:
-    """Brings the VM of the record's VMI up, on the host's current VMM."""
+    """Brings the VM of the record's VMI up, on the current VMM of its life."""
 
-    def __init__(self, settings: ManagerSettings, record: DomainRecord, host: VmmHost, planner: Planner,
-                 guest: GuestServices, reconfig: Reconfiguration, supervision: Supervision, runner: Runner) -> None:
+    def __init__(self, settings: ManagerSettings, record: DomainRecord, life: VmmLife, planner: Planner,
+                 guest: GuestServices, reconfig: Reconfiguration, runner: Runner) -> None:
         self.settings = settings
         self._record = record
-        self._host = host
+        self._life = life
         self._planner = planner
         self._guest = guest
         self._reconfig = reconfig
-        self._supervision = supervision
         self._runner = runner
         self._swtpm: Swtpm | None = None        # the TPM of a VM that has one; kept across VMMs
-        self._model_problem: str | None = None  # why virt-handler would not find the VMM (procmodel)
 
     @property
     def swtpm_pid(self) -> int | None:
@@ -139,9 +91,16 @@ class Boot:
             await self._swtpm.start()
 
     async def prepare_files(self) -> None:
+        """The plan's files only (a migration target: the VM arrives with its own state)."""
         plan = self._record.plan
         assert plan is not None
         await self._planner.prepare_files(plan)
+
+    async def start_guest_services(self) -> None:
+        """The console and DHCP of the plan, as `prepare` starts them (a VM that arrived)."""
+        plan, vmi = self._record.plan, self._record.vmi
+        assert plan is not None and vmi is not None
+        await self._guest.start(plan, vmi, self._planner.options)
 
     async def stop_swtpm(self) -> None:
         swtpm, self._swtpm = self._swtpm, None
@@ -151,36 +110,8 @@ class Boot:
     # --- spawn ---------------------------------------------------------------------------------
 
     async def ensure_vmm(self) -> VmmSession:
-        """SPAWN: the current VMM, or a new one once it answers. Raises CommandFailed when it
-        cannot start or is a version this launcher refuses (then it is stopped)."""
-        session = self._host.current
-        if session is not None and not session.exited():
-            return session
-        if session is not None:
-            await self._supervision.vmm_gone(session)
-        process = features.process
-        try:
-            session = await self._host.spawn()
-        except process.VmmStartError as e:
-            raise CommandFailed(f"cannot start cloud-hypervisor: {e}") from None
-        try:
-            version = await self._host.wait_ready(session)
-        except process.VmmStartError as e:
-            await self._discard(session)
-            raise CommandFailed(f"cloud-hypervisor did not start: {e}") from None
-        refusal = versions.refusal(version)
-        if refusal is not None:
-            await self._discard(session)
-            raise CommandFailed(refusal)
-        log.info("cloud-hypervisor %s is up (pid %d)", version, session.pid)
-        self._check_process_model(session)
-        self._record.bump()
-        return session
-
-    async def _discard(self, session: VmmSession) -> None:
-        session.killing = True
-        await session.terminate(1.0, 1.0)
-        await self._supervision.vmm_gone(session)
+        """SPAWN: the current VMM, or a new one once it answers (`VmmLife.ensure`)."""
+        return await self._life.ensure()
 
     async def ensure_vmm_quietly(self) -> None:
         """The warm-up start, so the first Sync finds a VMM answering. While the pod's /dev/kvm
@@ -194,45 +125,33 @@ class Boot:
                      "pod the device before that Sync)", waiting)
             return
         try:
-            await self.ensure_vmm()
+            await self._life.ensure()
         except CommandFailed as e:
             log.error("%s", e)
-
-    def _check_process_model(self, session: VmmSession) -> None:
-        spawning = self.settings.spawning
-        if spawning is None:
-            return  # no runtime process tree asked for: fit_vmm says so to a VMI that needs it
-        procmodel = features.procmodel
-        self._model_problem = procmodel.model_problem(spawning, session.pid)
-        if self._model_problem is None:
-            log.info("process model: %s", procmodel.describe_model(spawning, session.pid))
-        else:
-            log.error("virt-handler will not find this pod's VMM: %s. VMIs with VFIO devices, dedicated or "
-                      "realtime CPUs or memLock: Required cannot run here (%s)", self._model_problem, procmodel.DOC)
 
     async def fit_vmm(self) -> None:
         """Before vm.create: the VMM must be where virt-handler looks for it and able to lock the
         memory the VM pins, if this VM needs either (HostTuning); else fail with the reason,
         leaving no VM behind. A VMM started before virt-handler raised the spawner's memlock
         limit is replaced by one that inherits it."""
-        plan, session = self._record.plan, self._host.current
+        plan, session = self._record.plan, self._life.current
         assert plan is not None and session is not None
         host = plan.host
         if not (host.finds_vmm or host.lock_memory or host.housekeeping_cpus):
             return  # nothing of the process model matters to this VMI
         procmodel = features.procmodel
         if self.settings.spawning is None:
-            self._model_problem = procmodel.model_problem(None, session.pid)
-        if host.finds_vmm and self._model_problem is not None:
+            self._life.model_problem = procmodel.model_problem(None, session.pid)
+        if host.finds_vmm and self._life.model_problem is not None:
             raise CommandFailed(f"virt-handler would not find this VMI's VMM and would fail its reconcile: "
-                                f"{self._model_problem} ({procmodel.DOC})")
+                                f"{self._life.model_problem} ({procmodel.DOC})")
         if host.lock_memory:
             if procmodel.lock_problem(session.pid, host.lock_memory) and procmodel.spawner_can_lock(
                     self.settings.spawning, host.lock_memory):
                 log.info("the VMM (pid %d) started before virt-handler raised the memlock limit; starting one "
                          "that inherits it", session.pid)
-                await self._supervision.stop_vmm()
-                session = await self.ensure_vmm()
+                await self._life.stop()
+                session = await self._life.ensure()
             problem = procmodel.lock_problem(session.pid, host.lock_memory)
             if problem is not None:
                 raise CommandFailed(problem)
@@ -246,7 +165,7 @@ class Boot:
         answer (hung, or gone between calls) is stopped, as `boot` does, so that the next Sync
         starts a fresh one instead of asking the same stalled VMM again. Raises CommandFailed."""
         api = features.api
-        plan, session = self._record.plan, self._host.current
+        plan, session = self._record.plan, self._life.current
         assert plan is not None and session is not None
         client = session.client
         for attempt in (1, 2):
@@ -258,7 +177,7 @@ class Boot:
                     raise CommandFailed("cloud-hypervisor keeps a VM that cannot be replaced") from None
                 await session.call(client.delete)  # a config left by an earlier attempt: replace it
             except api.VmmUnavailable as e:
-                await self._supervision.stop_vmm()
+                await self._life.stop()
                 raise CommandFailed(f"cloud-hypervisor did not take the VM configuration: {e}") from None
             except api.ChApiError as e:
                 raise CommandFailed(f"cloud-hypervisor refused the VM configuration: {e}") from None
@@ -267,7 +186,7 @@ class Boot:
         """BOOT: `vm.boot`; the VM runs (or is paused, for startStrategy Paused) and the Domain
         is announced. Raises CommandFailed (and a BootFailed event) when it does not boot."""
         api = features.api
-        record, session, vmi = self._record, self._host.current, self._record.vmi
+        record, session, vmi = self._record, self._life.current, self._record.vmi
         assert session is not None and vmi is not None
         client = session.client
         # startStrategy Paused: virt-launcher starts the domain paused and records the pause as
@@ -285,7 +204,7 @@ class Boot:
             # Leave no half-made VM, so the next Sync starts clean: a VMM that did not answer is
             # stopped (the next Sync spawns another), otherwise its VM config is deleted.
             if isinstance(e, api.VmmUnavailable):
-                await self._supervision.stop_vmm()
+                await self._life.stop()
             else:
                 with contextlib.suppress(api.ChApiError):
                     await session.call(client.delete)
@@ -301,11 +220,11 @@ class Boot:
         host = plan.host if plan is not None else None
         if host is not None and (host.housekeeping_cpus or host.realtime_vcpus):
             features.tuning.after_boot(self.settings.spawning, session.pid, host)
-        self._runner.background(self._release_memory_once_told())
+        self._runner.watch("release memory", self._release_memory_once_told())
 
     async def boot_again(self) -> None:
         """A soft reboot's fresh VMM and VM (the guest shut down; the domain stays Running)."""
-        await self.ensure_vmm()
+        await self._life.ensure()
         await self.create()
         await self.boot()
 

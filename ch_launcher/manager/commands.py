@@ -25,12 +25,11 @@ if TYPE_CHECKING:
     from ch_launcher.convert import LauncherOptions
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
     from ch_launcher.manager.boot import Boot
-    from ch_launcher.manager.guest import GuestServices
+    from ch_launcher.manager.life import VmmLife
     from ch_launcher.manager.reconfig import Reconfiguration
     from ch_launcher.manager.record import DomainRecord
     from ch_launcher.manager.settings import ManagerSettings
     from ch_launcher.manager.supervision import Supervision
-    from ch_launcher.manager.vmm import VmmHost
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +53,14 @@ def complete_metadata(vmi: VirtualMachineInstance, settings: ManagerSettings) ->
 class Commands:
     """Runs one lifecycle command at a time (the caller holds the lock)."""
 
-    def __init__(self, settings: ManagerSettings, record: DomainRecord, host: VmmHost, boot: Boot,
-                 supervision: Supervision, reconfig: Reconfiguration, guest: GuestServices) -> None:
+    def __init__(self, settings: ManagerSettings, record: DomainRecord, life: VmmLife, boot: Boot,
+                 supervision: Supervision, reconfig: Reconfiguration) -> None:
         self.settings = settings
         self._record = record
-        self._host = host
+        self._life = life
         self._boot = boot
         self._supervision = supervision
         self._reconfig = reconfig
-        self._guest = guest
         self._start_error: str | None = None  # a Sync that failed after its RPC had answered, for the next Sync
 
     async def run(self, intent: Intent, vmi: VirtualMachineInstance | None, options: LauncherOptions | None) -> str:
@@ -135,17 +133,9 @@ class Commands:
         elif step is Step.REBOOT:
             await self._vm_call("reboot", lambda c: c.reboot(), VmState.RUNNING)
         elif step is Step.STOP_VMM:
-            await self._supervision.stop_vmm()
+            await self._life.stop()
         elif step is Step.FORGET_DOMAIN:
-            await self.forget()
-
-    async def forget(self) -> None:
-        """The VM is gone: its guest services and swtpm stop, and the domain is withdrawn."""
-        await self._guest.stop()
-        await self._boot.stop_swtpm()
-        self._reconfig.forget()
-        self._supervision.forget()
-        self._record.forget()
+            await self._supervision.forget()
 
     # --- the state-changing calls --------------------------------------------------------------
 
@@ -157,7 +147,7 @@ class Commands:
         because the guest is already powering off is a success too (the exit reports the rest).
         Otherwise CommandFailed with the reason."""
         api = features.api
-        record, session = self._record, self._host.current
+        record, session = self._record, self._life.current
         if session is None:
             raise CommandFailed(lifecycle.NOT_RUNNING)
         heard = session.events_heard()
@@ -193,7 +183,7 @@ class Commands:
     async def reread(self) -> str | None:
         """The current VMM's own word on its VM while one runs it (`VmmSession.reread`); None
         otherwise. Never raises."""
-        session = self._host.current
+        session = self._life.current
         if session is None or self._record.state not in ALIVE:
             return None
         return await session.reread()

@@ -1,12 +1,12 @@
 """`DomainManager`: the domain manager as the command server sees it (see the package docstring).
 
 A facade over the objects that do the work, each owning its state and given its collaborators
-when it is made: the domain record (`record.DomainRecord`: what virt-handler sees), the VMM host
-and its sessions (`vmm`), the boot (`boot`), the supervision of the VMM (`supervision`), the
-reconfiguration of a running VM (`reconfig`) and the lifecycle commands (`commands`). Live
-migration (`migration_source`, `migration_target`) works through `MigrationHost`, which
-`_ManagerPort` gives it. Modules needed only by some VMs or only after the first Sync are
-imported on first use through `manager.features`.
+when it is made, bottom-up: the domain record (`record.DomainRecord`: what virt-handler sees), the
+VMM host and its sessions (`vmm`), the guest services (`guest`), the reconfiguration of a running
+VM (`reconfig`), the VMM's life (`life`), the boot (`boot`), the supervision of the VMM
+(`supervision`) and the lifecycle commands (`commands`). Live migration (`migration_source`,
+`migration_target`) works with the same objects (`parts.ManagerParts`). Modules needed
+only by some VMs or only after the first Sync are imported on first use through `manager.features`.
 
 Every command goes through one wrapper (`_command`): the manager's lock, the RPC's budget, and
 the in-band failures for a launcher that is busy or a command that is still running.
@@ -23,23 +23,24 @@ from typing import TYPE_CHECKING, Any
 
 from ch_launcher.lifecycle import ALIVE, Intent, VmState
 from ch_launcher.manager import features
-from ch_launcher.manager.boot import Boot, Planner
+from ch_launcher.manager.boot import Boot
 from ch_launcher.manager.commands import Commands, complete_metadata
 from ch_launcher.manager.dirty import DirtyRateMeter
 from ch_launcher.manager.guest import GuestServices
+from ch_launcher.manager.life import VmmLife
+from ch_launcher.manager.parts import ManagerParts
+from ch_launcher.manager.planner import Planner
 from ch_launcher.manager.reconfig import Reconfiguration
 from ch_launcher.manager.record import DomainRecord
 from ch_launcher.manager.runner import NotStarted, Runner, StillRunning
 from ch_launcher.manager.settings import CommandFailed, EventSink, ManagerSettings, preload
-from ch_launcher.manager.supervision import MigrationSlot, Supervision
+from ch_launcher.manager.supervision import Supervision
 from ch_launcher.manager.view import no_guest_agent, vm_size, vm_uuid
 from ch_launcher.manager.vmm import VmmHost
 
 if TYPE_CHECKING:
     from ch_launcher.convert import LauncherOptions
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
-    from ch_launcher.manager.migration_port import Migration, MigrationHost
-    from ch_launcher.manager.vmm import VmmSession
 
 log = logging.getLogger(__name__)
 
@@ -53,19 +54,16 @@ class DomainManager:
         self._runner = Runner()
         self._record = DomainRecord(sink)
         self._guest = GuestServices(settings)
-        self._migration = MigrationSlot()
-        # The host and the supervision need each other: the host reaches it through these late-bound
-        # callbacks, the supervision is given the host.
-        self._host = VmmHost(settings, lambda event: self._supervision.on_event(event),  # noqa: PLW0108 - late binding
-                             lambda session: self._supervision.on_exit(session))  # noqa: PLW0108 - late binding
+        self._host = VmmHost(settings)
         self._planner = Planner(settings)
-        self._reconfig = Reconfiguration(self._record, self._host, self._guest, self._runner, self._planner.translate)
-        self._supervision = Supervision(self._record, self._host, self._guest, self._reconfig, self._runner,
-                                        self._migration, boot_again=lambda: self._boot.boot_again())  # noqa: PLW0108 - late binding
-        self._boot = Boot(settings, self._record, self._host, self._planner, self._guest, self._reconfig,
-                          self._supervision, self._runner)
-        self._commands = Commands(settings, self._record, self._host, self._boot, self._supervision, self._reconfig,
-                                  self._guest)
+        self._reconfig = Reconfiguration(self._record, self._host, self._guest, self._runner, self._planner)
+        self._life = VmmLife(settings, self._record, self._host)
+        self._boot = Boot(settings, self._record, self._life, self._planner, self._guest, self._reconfig, self._runner)
+        self._supervision = Supervision(self._record, self._host, self._life, self._boot, self._guest, self._reconfig,
+                                        self._runner)  # the host's listener from now on
+        self._commands = Commands(settings, self._record, self._life, self._boot, self._supervision, self._reconfig)
+        self._parts = ManagerParts(settings, self._record, self._life, self._runner, self._boot,
+                                               self._guest, self._supervision)
         self._dirty = DirtyRateMeter(self._running_vmm_pid)
 
     # --- queries (no lock, no I/O) -------------------------------------------------------------
@@ -113,7 +111,8 @@ class DomainManager:
     def migration_job_info(self) -> dict[str, Any] | None:
         """`MigrateDomainJobInfo` of the outgoing migration in progress (None: none; the stats
         then carry zeros, never null)."""
-        return self._migration.job_info()
+        migration = self._life.migration
+        return migration.job_info() if migration is not None else None
 
     async def domain_stats(self, timeout: float) -> str:
         """stats.DomainStats JSON of the running VM, or "" when there is none (contract §12).
@@ -155,28 +154,27 @@ class DomainManager:
     # --- life of the manager -------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the event pump and, in the background, the VMM (so the first Sync finds it up).
-        A VMM that cannot start is logged here and reported by the first Sync."""
-        self._record.start()
+        """Start, in the background, the VMM (so the first Sync finds it up). A VMM that cannot
+        start is logged here and reported by the first Sync."""
 
         async def warm_up() -> None:
             await asyncio.to_thread(preload)
             await self._boot.ensure_vmm_quietly()
 
-        self._runner.background(self._runner.locked("start", warm_up))
+        self._runner.background("start", warm_up)
 
     async def close(self) -> None:
         """Stop the VMM (if any), the console, DHCP and the pump; release everything. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        self._supervision.close()
-        await self._migration.close()
+        self._life.close()
+        if self._life.migration is not None:
+            await self._life.migration.close()
         self._runner.cancel()
         await self._host.close()
         await self._boot.stop_swtpm()
         await self._guest.stop()
-        await self._record.close()
         self._planner.close()
 
     # --- commands ------------------------------------------------------------------------------
@@ -211,26 +209,27 @@ class DomainManager:
         """MigrateVirtualMachine: start sending this VM (`migration_source.migrate`)."""
         source = features.migration_source
         return await self._command("MigrateVirtualMachine", lambda: source.migrate(
-            self._port(), complete_metadata(vmi, self.settings), options), budget)
+            self._parts, complete_metadata(vmi, self.settings), options), budget)
 
     async def cancel_migration(self, vmi: VirtualMachineInstance, *, budget: float = 18.0) -> str:
         """CancelVirtualMachineMigration: abort an outgoing migration that can still be aborted."""
         source = features.migration_source
-        return await self._command("CancelVirtualMachineMigration", lambda: source.cancel(self._port(), vmi), budget)
+        return await self._command("CancelVirtualMachineMigration",
+                                   lambda: source.cancel(self._parts, vmi), budget)
 
     async def prepare_migration_target(self, vmi: VirtualMachineInstance, options: LauncherOptions | None, *,
                                        budget: float = 18.0) -> str:
         """SyncMigrationTarget: prepare this pod and wait for the incoming migration."""
         target = features.migration_target
         return await self._command("SyncMigrationTarget", lambda: target.prepare(
-            self._port(), complete_metadata(vmi, self.settings), options), budget)
+            self._parts, complete_metadata(vmi, self.settings), options), budget)
 
     async def finalize_migration(self, vmi: VirtualMachineInstance, interface_migration: dict[str, str], *,
                                  budget: float = 18.0) -> str:
         """FinalizeVirtualMachineMigration: the target's part after the migration completed."""
         target = features.migration_target
         return await self._command("FinalizeVirtualMachineMigration",
-                                   lambda: target.finalize(self._port(), vmi, interface_migration), budget)
+                                   lambda: target.finalize(self._parts, vmi, interface_migration), budget)
 
     async def _command(self, name: str, work: Callable[[], Awaitable[str]], budget: float, *,
                        on_late_end: Callable[[BaseException | None], None] | None = None,
@@ -251,76 +250,3 @@ class DomainManager:
             if still_running is not None:
                 return still_running
             raise CommandFailed(f"{name} is still in progress after {budget:.0f} s") from None
-
-    def _port(self) -> MigrationHost:
-        return _ManagerPort(self.settings, self._record, self._host, self._runner, self._migration, self._boot,
-                            self._supervision, self._commands, self._guest, self._planner)
-
-
-class _ManagerPort:
-    """The manager as a live migration sees it (`migration_port.MigrationHost`)."""
-
-    def __init__(self, settings: ManagerSettings, record: DomainRecord, host: VmmHost, runner: Runner,
-                 migration: MigrationSlot, boot: Boot, supervision: Supervision, commands: Commands,
-                 guest: GuestServices, planner: Planner) -> None:
-        self._settings = settings
-        self._record = record
-        self._host = host
-        self._runner = runner
-        self._migration = migration
-        self._boot = boot
-        self._supervision = supervision
-        self._commands = commands
-        self._guest = guest
-        self._planner = planner
-
-    @property
-    def settings(self) -> ManagerSettings:
-        return self._settings
-
-    @property
-    def record(self) -> DomainRecord:
-        return self._record
-
-    @property
-    def runner(self) -> Runner:
-        return self._runner
-
-    @property
-    def session(self) -> VmmSession | None:
-        return self._host.current
-
-    @property
-    def vmm_version(self) -> str | None:
-        return self._host.version
-
-    @property
-    def migration(self) -> Migration | None:
-        return self._migration.current
-
-    def begin(self, migration: Migration) -> None:
-        self._migration.begin(migration)
-
-    async def plan(self, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
-        self._record.set_vmi(vmi)
-        await self._boot.plan(vmi, options)
-
-    async def prepare_files(self) -> None:
-        await self._boot.prepare_files()
-
-    async def ensure_vmm(self) -> VmmSession:
-        return await self._boot.ensure_vmm()
-
-    async def stop_vmm(self) -> None:
-        await self._supervision.stop_vmm()
-
-    async def start_guest_services(self) -> None:
-        plan, vmi = self._record.plan, self._record.vmi
-        assert plan is not None and vmi is not None
-        await self._guest.start(plan, vmi, self._planner.options)
-
-    def attach_console(self) -> None:
-        self._guest.attach_console()
-
-    async def forget(self) -> None:
-        await self._commands.forget()

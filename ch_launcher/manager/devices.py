@@ -22,7 +22,8 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
-from ch_launcher.manager import hotplug, nics
+from ch_launcher.ch.api import ChApiError
+from ch_launcher.manager import expand, hotplug, nics
 from ch_launcher.manager.settings import CommandFailed
 
 if TYPE_CHECKING:
@@ -70,8 +71,6 @@ async def sync(live: LiveVm, vmi: VirtualMachineInstance, options: LauncherOptio
 
 
 async def _disks(live: LiveVm, plan: Plan, wanted: Plan, changes: hotplug.DiskChanges) -> bool:
-    from ch_launcher.ch.api import ChApiError
-
     vmm = live.session
     settled = True
     for name in changes.detach:
@@ -102,8 +101,6 @@ async def _disks(live: LiveVm, plan: Plan, wanted: Plan, changes: hotplug.DiskCh
 
 
 async def _nics(live: LiveVm, plan: Plan, changes: nics.NicChanges) -> None:
-    from ch_launcher.ch.api import ChApiError
-
     vmm = live.session
     servers = [dhcp for _, _, dhcp in changes.attach
                if dhcp is not None and all(d.interface != dhcp.interface for d in plan.dhcp)]
@@ -139,8 +136,6 @@ async def _remove(live: LiveVm, vmm: VmmSession, name: str, what: str) -> None:
     its answer (the tiny guest, like Linux, ejects at once). Marked only after the answer, a
     device the guest had already ejected would stay "being removed" forever, and a later Sync
     would never attach it again. Raises CommandFailed (the mark undone) when CH refuses."""
-    from ch_launcher.ch.api import ChApiError
-
     live.removing.add(name)
     try:
         await vmm.call(vmm.client.remove_device, name)
@@ -157,9 +152,6 @@ async def _expand(live: LiveVm, plan: Plan, wanted: Plan) -> bool:
     """Resize the disks whose claims grew (`expand`): `vm.resize-disk`. A resize Cloud
     Hypervisor refuses is logged, as virt-launcher logs a failed BlockResize, and the Sync goes
     on; False then (and when a size could not be read), so a later Sync tries again."""
-    from ch_launcher.ch.api import ChApiError
-    from ch_launcher.manager import expand
-
     vmm = live.session
     settled = True
     for name, size in (await asyncio.to_thread(expand.resizes, plan, wanted)).items():

@@ -23,6 +23,8 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from ch_launcher.prepare.images import possible_size
+
 if TYPE_CHECKING:
     from ch_launcher.convert import Plan
 
@@ -33,8 +35,6 @@ def resizes(live: Plan, wanted: Plan) -> dict[str, int | None]:
     """For every disk of the running VM (`live`) whose claim's facts differ in `wanted`: its new
     size in bytes, or None when it stays as it is (the claim allows no more, or the size cannot
     be said). Disks whose size cannot be read are left out, to be tried at a later Sync."""
-    from ch_launcher.prepare.images import possible_size
-
     attached = {d.alias for d in live.disks}
     out: dict[str, int | None] = {}
     for name, sizing in sorted(wanted.disk_sizing.items()):

@@ -17,8 +17,10 @@ with a TPM is prepared, never before. The `TYPE_CHECKING` imports name the same 
 readers, type checkers and import-linter, so the import graph shows these dependencies of the
 manager although nothing imports them at start. Importing this module itself loads nothing.
 
-A module added here must also be added to `_MODULES`; a name that is not there raises
-AttributeError as for any module.
+This is the manager's one way to defer an import: a module the launcher loads at start reads a
+deferred module here (never with an import inside a function); a module that is itself imported on
+first use (the ones named here) imports at its top like any module. A module added here must also
+be added to `_MODULES`; a name that is not there raises AttributeError as for any module.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import ctypes
+
     from ch_launcher import convert, dhcp, prepare, stats
     from ch_launcher.ch import api, process
     from ch_launcher.manager import devices, migration_source, migration_target, procmodel, resize, tpm, tuning
 
-__all__ = ["api", "convert", "devices", "dhcp", "migration_source", "migration_target", "prepare", "process",
+__all__ = ["api", "convert", "ctypes", "devices", "dhcp", "migration_source", "migration_target", "prepare", "process",
            "procmodel", "resize", "stats", "tpm", "tuning"]
 
 _MODULES = {
@@ -48,6 +52,7 @@ _MODULES = {
     "devices": "ch_launcher.manager.devices",    # volume and interface hotplug, PVC expansion
     "migration_source": "ch_launcher.manager.migration_source",  # an outgoing live migration
     "migration_target": "ch_launcher.manager.migration_target",  # an incoming live migration
+    "ctypes": "ctypes",                          # release_memory's madvise, once after a boot
 }
 
 

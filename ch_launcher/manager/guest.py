@@ -13,7 +13,7 @@ from ch_launcher.manager import features
 from ch_launcher.manager.settings import CommandFailed, ManagerSettings
 
 if TYPE_CHECKING:
-    from ch_launcher.convert import LauncherOptions, Plan
+    from ch_launcher.convert import LauncherEnv, LauncherOptions, Plan
     from ch_launcher.dhcp.server import DhcpHandle
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
 
@@ -37,12 +37,17 @@ class GuestServices:
         self.settings = settings
         self._console: SerialConsole | None = None
         self._dhcp: DhcpHandle | None = None
+        self._serving = False  # started for a plan and not stopped since: what a restart serves again
         self._attach: asyncio.Task[None] | None = None
+
+    def _env(self) -> LauncherEnv:
+        return features.convert.LauncherEnv(**self.settings.directories())
 
     async def start(self, plan: Plan, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
         """Listen on the console socket and serve DHCP (idempotent). Raises CommandFailed."""
         await self._start_console(plan, vmi, options)
         self._start_dhcp(plan, vmi)
+        self._serving = True
 
     async def _start_console(self, plan: Plan, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
         if self._console is not None or not plan.serial_socket:
@@ -77,7 +82,7 @@ class GuestServices:
             return
         hostname = vmi.spec.hostname or vmi.metadata.name  # what virt-launcher offers the guest
         try:
-            self._dhcp = features.dhcp.start_dhcp(plan, self.settings.launcher_env(), hostname=hostname)
+            self._dhcp = features.dhcp.start_dhcp(plan, self._env(), hostname=hostname)
         except features.dhcp.DhcpError as e:
             raise CommandFailed(f"cannot serve DHCP to the guest: {e}") from None
 
@@ -85,20 +90,24 @@ class GuestServices:
         """Serve `plan.dhcp` as it is now (an interface was hot-plugged or has gone): the server
         is stopped and started again with every lease (stateless: each answers one MAC).
         Raises CommandFailed when it cannot start; then no lease is served until the next
-        restart (the caller restarts with what it served before)."""
-        if vmi is None:
+        restart (the caller restarts with what it served before). Nothing happens once the
+        services were stopped (the VM is gone), until they are started again. The caller holds
+        the manager's lock, so two restarts never interleave."""
+        if vmi is None or not self._serving:
             return
         dhcp, self._dhcp = self._dhcp, None
         if dhcp is not None:
             await asyncio.to_thread(dhcp.stop)
         hostname = vmi.spec.hostname or vmi.metadata.name
         try:
-            self._dhcp = await asyncio.to_thread(features.dhcp.start_dhcp, plan, self.settings.launcher_env(),
+            self._dhcp = await asyncio.to_thread(features.dhcp.start_dhcp, plan, self._env(),
                                                  hostname=hostname)
         except features.dhcp.DhcpError as e:
             raise CommandFailed(f"cannot serve DHCP to the guest: {e}") from None
 
     async def stop(self) -> None:
+        """Stop the console and DHCP (idempotent): nothing serves the guest any more."""
+        self._serving = False
         if self._attach is not None:
             self._attach.cancel()
             self._attach = None

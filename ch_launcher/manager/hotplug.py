@@ -26,9 +26,11 @@ a hotplugged volume appeared or vanished (the VMI spec does not change otherwise
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ch_launcher.convert.storage import device_name
 from ch_launcher.manager.settings import CommandFailed
 
 if TYPE_CHECKING:
@@ -78,8 +80,6 @@ def ready_to_attach(config: DiskConfig) -> bool:
         st = os.stat(path)
     except OSError:
         return False
-    import stat
-
     flags = os.O_RDONLY if stat.S_ISBLK(st.st_mode) or config.readonly else os.O_RDWR
     try:
         os.close(os.open(path, flags | os.O_CLOEXEC))
@@ -90,8 +90,6 @@ def ready_to_attach(config: DiskConfig) -> bool:
 
 def free_target(disks: list[DomainDisk]) -> str:
     """The lowest `vdX` no disk of the VM uses: the name Linux gives a newly found virtio disk."""
-    from ch_launcher.convert.storage import device_name
-
     used = {d.target_dev for d in disks}
     n = 0
     while device_name(n) in used:

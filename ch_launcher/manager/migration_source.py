@@ -2,9 +2,11 @@
 CancelVirtualMachineMigration, and what the VMM's events mean while it sends.
 
 Imported on first use by `manager.core` (the RPCs), never by a launcher that does not migrate. It
-works through `migration_port.MigrationHost`: the domain record, the current VMM session, the
-manager's background tasks. Everything here runs on the manager's event loop; the relay's thread
-reports through `call_soon_threadsafe`.
+works with the manager's own objects (`parts.ManagerParts`). Everything here runs on
+the manager's event loop; the relay's thread reports through `call_soon_threadsafe`. The VMM's
+events are observations, applied at once; the migration's own work (the send, settling a failure,
+stopping a VMM whose VM moved, the progress check) runs under the manager's lock, started through
+the runner, which also owns its timers.
 
 What the Domain says, in order (as the Go launcher, `live-migration-source.go@d923fdb815cd`):
 metadata `{UID, StartTimestamp, Mode: PreCopy}` once accepted; `Paused`/`Migration` while Cloud
@@ -24,17 +26,19 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ch_launcher.ch.api import ChApiError
+from ch_launcher.convert.migration import blockers_text
 from ch_launcher.kubevirt import migration as km
 from ch_launcher.kubevirt.domain import Reason, now_rfc3339
 from ch_launcher.lifecycle import ALIVE, NOT_RUNNING, UP, VmState
 from ch_launcher.manager.settings import CommandFailed
+from ch_launcher.migration.relay import Relay
 
 if TYPE_CHECKING:
     from ch_launcher.ch.events import Event
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
-    from ch_launcher.manager.migration_port import MigrationHost
+    from ch_launcher.manager.parts import ManagerParts
     from ch_launcher.manager.record import DomainRecord
-    from ch_launcher.migration.relay import Relay
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +46,11 @@ MIN_VERSION = 53  # v53's send-migration returns at once; before, it blocks the 
 FAILURE_LINE = re.compile(r"Migration failed: (.*)")
 REASON_WAIT = 2.0   # s: the VMM thread logs "Migration failed: ..." just after the worker's event
 RESUME_WAIT = 10.0  # s: a VM the migration paused is resumed right after the failure
+FINISH_WAIT = 5.0   # s: the VMM's migration-finished follows the stream's completion
+WORK = "migration-source"  # what holds the manager's lock while this side's work runs
 
 
-async def migrate(host: MigrationHost, vmi: VirtualMachineInstance, options_json: bytes) -> str:
+async def migrate(parts: ManagerParts, vmi: VirtualMachineInstance, options_json: bytes) -> str:
     """Accept a migration (metadata published) and start it in the background; raises
     CommandFailed for a request that cannot be a migration at all, among them one without a
     migration UID: virt-handler reads a result only under the UID it knows, so a result under ""
@@ -58,27 +64,27 @@ async def migrate(host: MigrationHost, vmi: VirtualMachineInstance, options_json
         raise CommandFailed("cannot migrate VMI without a migration UID: status.migrationState.migrationUid "
                             "(sourceState.migrationUID for a decentralized migration) is empty, so virt-handler "
                             "could never match this migration's result")
-    record = host.record
+    record = parts.record
     meta = record.migration
     if meta is not None and meta.uid == uid:
         if not meta.ended:
             return "the migration is already in progress"
         raise CommandFailed(meta.already_executed())
-    previous = host.migration
+    previous = parts.life.migration
     if previous is not None and not previous.ended:
         raise CommandFailed(f"migration {previous.uid} is still in progress")
     record.migration = km.MigrationMetadata(uid=uid, start=now_rfc3339())
-    outgoing = Outgoing(host, vmi, options, uid)
-    host.begin(outgoing)
+    outgoing = Outgoing(parts, vmi, options, uid)
+    parts.life.migration = outgoing  # it hears the VMM first from now on
     record.publish()
-    host.runner.background(outgoing.run())
+    parts.runner.background(WORK, outgoing.run)
     return "migration started"
 
 
-async def cancel(host: MigrationHost, vmi: VirtualMachineInstance) -> str:
+async def cancel(parts: ManagerParts, vmi: VirtualMachineInstance) -> str:
     """`cancelMigration`: ignored unless a migration runs and no abort is under way."""
-    meta = host.record.migration
-    outgoing = host.migration
+    meta = parts.record.migration
+    outgoing = parts.life.migration
     if (meta is None or meta.ended or meta.failed or meta.start is None or not isinstance(outgoing, Outgoing)
             or outgoing.ended):
         log.info("cancel migration ignored: vmi is not migrating")
@@ -99,10 +105,10 @@ def _decode(options_json: bytes) -> km.MigrationOptions:
 class Outgoing:
     """One outgoing migration: its relay, the VMM's send, and the end it comes to."""
 
-    def __init__(self, host: MigrationHost, vmi: VirtualMachineInstance, options: km.MigrationOptions,
+    def __init__(self, parts: ManagerParts, vmi: VirtualMachineInstance, options: km.MigrationOptions,
                  uid: str) -> None:
-        self.host = host
-        self.record: DomainRecord = host.record
+        self.parts = parts
+        self.record: DomainRecord = parts.record
         self.vmi = vmi
         self.options = options
         self.uid = uid
@@ -112,7 +118,7 @@ class Outgoing:
         self.failing = False        # vm:migration-failed seen, result being settled
         self.memory_total = 0
         self._progress_timer: asyncio.TimerHandle | None = None
-        self._finishing: asyncio.Task[None] | None = None
+        self._finish_timer: asyncio.TimerHandle | None = None
 
     # --- start -----------------------------------------------------------------------------------
 
@@ -123,17 +129,15 @@ class Outgoing:
         ends. (A Domain that arrives already ended makes virt-handler's next sync call Migrate once
         more, `isMigrationInProgress` being false, and record the "already executed" answer as a
         SyncFailed warning: its informer may still skip the start, as with Go.)"""
-        host = self.host
-        plan, vmm = self.record.plan, host.session
+        parts = self.parts
+        plan, vmm = self.record.plan, parts.life.current
         if plan is not None and plan.migration_blockers:
-            from ch_launcher.convert.migration import blockers_text
-
             self.fail(blockers_text(plan.migration_blockers))
             return
         if vmm is None or plan is None or self.record.state not in UP:
             self.fail(NOT_RUNNING)
             return
-        version = host.vmm_version or ""
+        version = parts.life.version or ""
         try:
             major = int(version.split(".")[0])
         except ValueError:
@@ -142,7 +146,7 @@ class Outgoing:
             self.fail(f"live migration needs cloud-hypervisor v{MIN_VERSION} or newer (its send-migration "
                       f"runs in the background); this VMM is {version or 'unknown'}")
             return
-        proxy = km.proxy_socket(host.settings.share_dir, self.vmi.metadata.uid)
+        proxy = km.proxy_socket(parts.settings.share_dir, self.vmi.metadata.uid)
         if not os.path.exists(proxy):  # noqa: ASYNC240 - one stat of a local socket path
             self.fail(f"virt-handler's migration proxy socket {proxy} does not exist")
             return
@@ -153,9 +157,7 @@ class Outgoing:
                                   "option: " + "; ".join(self.options.degradations()))
         if self.options.unsafe_migration:
             log.info("UnsafeMigration is set: Cloud Hypervisor has no migration safety checks to disable")
-        from ch_launcher.migration.relay import Relay
-
-        api_socket = host.settings.vmm_paths[0]
+        api_socket = parts.settings.vmm_paths[0]
         listen = os.path.join(os.path.dirname(api_socket), "migration-out.sock")
         loop = asyncio.get_running_loop()
         relay = Relay(listen, proxy, name="send", bandwidth=self.options.bandwidth,
@@ -168,8 +170,6 @@ class Outgoing:
         self.relay = relay
         self.memory_total = plan.config.memory.size if plan.config.memory else 0
         body = self.options.send_migration_data(f"unix:{listen}", km.data_size_gb(self.vmi))
-        from ch_launcher.ch.api import ChApiError
-
         try:
             await vmm.call(vmm.client.send_migration, body["destination_url"], downtime_ms=body.get("downtime_ms"),
                            timeout_s=body.get("timeout_s"), connections=body["connections"],
@@ -209,7 +209,7 @@ class Outgoing:
             return True
         if name == "vm:migration-failed":
             self.failing = True
-            self._finishing = asyncio.ensure_future(self._settle_failure())
+            self.parts.runner.watch("migration failure", self._settle_failure())
             return True
         return name in ("vm:migration-started", "vm:snapshotting", "vm:snapshotted")
 
@@ -237,17 +237,17 @@ class Outgoing:
         if outcome == "completed" and not self.ended:
             # The target runs the VM. The VMM's own `migration-finished` follows; if it never
             # comes (its read of the last answer failed), the VM must not run twice.
-            asyncio.get_running_loop().call_later(5.0, self._committed_without_finish)
+            self._finish_timer = self.parts.runner.later(FINISH_WAIT, WORK, self._committed_without_finish)
 
-    def _committed_without_finish(self) -> None:
+    async def _committed_without_finish(self) -> None:
         if not self.ended and not self.failing:
             log.error("migration %s: the target resumed the VM but the source VMM did not finish; stopping it",
                       self.uid)
-            self.succeeded(kill=True)
+            await self._moved_anyway()
 
     # --- ends ----------------------------------------------------------------------------------
 
-    def succeeded(self, *, kill: bool = False) -> None:
+    def succeeded(self) -> None:
         """The VM runs on the target: Shutoff/Migrated and EndTimestamp in one event."""
         record = self.record
         self.finish(failed=False, publish=False)
@@ -256,26 +256,36 @@ class Outgoing:
             record.set_state(VmState.DOWN, down=Reason.MIGRATED, force=True)
         else:
             record.publish(force=True)
-        if kill:
-            self.host.runner.background(self.host.stop_vmm())
         log.info("Live migration %s succeeded.", self.uid)
+
+    async def _moved_anyway(self) -> None:
+        """The target runs the VM although this VMM did not say so: this copy is stopped (under
+        the lock, like any stop of the VMM), so that the VM never runs twice."""
+        if not self.ended:
+            self.succeeded()
+        await self.parts.life.stop()
 
     async def _settle_failure(self) -> None:
         """After `vm:migration-failed`: if the target acknowledged Complete, the VM moved after all
-        (kill this copy); else wait until the VMM resumed a VM it had paused, read its reason."""
+        (stop this copy); else wait until the VMM resumed a VM it had paused, read its reason. The
+        waits hold no lock; the outcome is settled under it."""
         record = self.record
         if self.relay is not None and self.relay.progress().complete_acked:
-            self.succeeded(kill=True)
+            await self.parts.runner.locked(WORK, self._moved_anyway)
             return
         if record.migration_paused:
             await record.wait_until(lambda: not record.migration_paused or record.state is not VmState.PAUSED,
                                     RESUME_WAIT)
         reason = await self._vmm_reason()
-        self.finish(failed=True, reason=f"Live migration failed: {reason}" if reason else "Live migration failed.")
+
+        async def failed() -> None:
+            self.finish(failed=True, reason=f"Live migration failed: {reason}" if reason else "Live migration failed.")
+
+        await self.parts.runner.locked(WORK, failed)
 
     async def _vmm_reason(self) -> str:
         """The VMM's `Migration failed: <chain>` from its log (written just after the event)."""
-        path = self.host.settings.vmm_paths[2]
+        path = self.parts.settings.vmm_paths[2]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + REASON_WAIT
         while True:
@@ -321,8 +331,9 @@ class Outgoing:
         if self.ended:
             return
         self.ended = True
-        if self._progress_timer is not None:
-            self._progress_timer.cancel()
+        for timer in (self._progress_timer, self._finish_timer):
+            if timer is not None:
+                timer.cancel()
         record = self.record
         record.migration = self._metadata().finished(now_rfc3339(), failed=failed, reason=reason)
         if self.relay is not None:
@@ -331,8 +342,6 @@ class Outgoing:
             record.publish(force=True)
 
     async def close(self) -> None:
-        if self._finishing is not None:
-            self._finishing.cancel()
         if self.relay is not None:
             self.relay.close()
 
@@ -342,10 +351,9 @@ class Outgoing:
         timeout = self.options.progress_timeout
         if timeout <= 0 or self.ended:
             return
-        loop = asyncio.get_running_loop()
-        self._progress_timer = loop.call_later(timeout, self._check_progress)
+        self._progress_timer = self.parts.runner.later(timeout, WORK, self._check_progress)
 
-    def _check_progress(self) -> None:
+    async def _check_progress(self) -> None:
         """`ProgressTimeout`: no byte for that long aborts (as the Go monitor's `isMigrationProgressing`)."""
         if self.ended or self.relay is None:
             return
@@ -359,7 +367,8 @@ class Outgoing:
             if self._metadata().abort_status not in (km.ABORT_IN_PROGRESS, km.ABORT_SUCCEEDED):
                 self.abort(km.ABORTED_REASON)
             return
-        self._progress_timer = loop.call_later(self.options.progress_timeout - idle, self._check_progress)
+        self._progress_timer = self.parts.runner.later(self.options.progress_timeout - idle, WORK,
+                                                       self._check_progress)
 
     def job_info(self) -> dict[str, Any]:
         """`MigrateDomainJobInfo` from the relay's counters."""

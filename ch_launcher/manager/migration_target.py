@@ -2,9 +2,10 @@
 FinalizeVirtualMachineMigration, and what the receiving VMM's events and answer mean.
 
 Imported on first use by `manager.core` (the RPCs), never by a launcher that does not migrate. It
-works through `migration_port.MigrationHost`. The receive call blocks the VMM's API for the whole
-migration, so it runs in a thread of its own (not the REST worker); its answer, the relay's end
-and the VMM's exit all come back to the event loop.
+works with the manager's own objects (`parts.ManagerParts`). The receive call blocks the
+VMM's API for the whole migration, so it runs in a thread of its own (not the REST worker); its
+answer, the relay's end and the VMM's exit all come back to the event loop, and what they lead to
+(the guest services after a completion, withdrawing a failed one) runs under the manager's lock.
 
 The Domain (as the Go launcher's target, `live-migration-target.go@d923fdb815cd`, and libvirt's
 incoming domain): nothing until the source connects; then ADDED `Paused`/`Migration` with the
@@ -23,44 +24,47 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ch_launcher.ch.api import ChApiError
 from ch_launcher.kubevirt import migration as km
 from ch_launcher.kubevirt.domain import now_rfc3339
 from ch_launcher.lifecycle import VmState
 from ch_launcher.manager.settings import CommandFailed
+from ch_launcher.migration.relay import Relay
 
 if TYPE_CHECKING:
     from ch_launcher.ch.events import Event
     from ch_launcher.convert import LauncherOptions, Plan
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
-    from ch_launcher.manager.migration_port import MigrationHost
+    from ch_launcher.manager.parts import ManagerParts
     from ch_launcher.manager.record import DomainRecord
     from ch_launcher.manager.vmm import VmmSession
-    from ch_launcher.migration.relay import Relay
 
 log = logging.getLogger(__name__)
 
 READY_WAIT = 10.0          # s for the VMM to listen after vm.receive-migration
 RECEIVE_TIMEOUT = 24 * 3600.0  # the receive answers when the migration ends, however long
 PAUSED_CONDITION = "Paused"
+WORK = "migration-target"  # what holds the manager's lock while this side's work runs
 
 
-async def prepare(host: MigrationHost, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> str:
+async def prepare(parts: ManagerParts, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> str:
     """`prepareMigrationTarget`: translate and prepare as for a start (the plan and its devices
     as a boot records them), a VMM waiting to receive, the relay on virt-handler's socket.
     Idempotent once prepared."""
-    incoming = host.migration
+    incoming = parts.life.migration
     if isinstance(incoming, Incoming) and not incoming.failed:
         return "the migration target is already prepared"
-    record = host.record
+    record = parts.record
     if record.state not in (VmState.UNDEFINED, VmState.DOWN):
         raise CommandFailed("a VM already runs in this pod: it cannot be a migration target")
-    await host.plan(vmi, options)
-    await host.prepare_files()
-    vmm = await host.ensure_vmm()
-    incoming = Incoming(host, vmi, vmm)
-    host.begin(incoming)
+    record.set_vmi(vmi)
+    await parts.boot.plan(vmi, options)
+    await parts.boot.prepare_files()
+    vmm = await parts.life.ensure()
+    incoming = Incoming(parts, vmi, vmm)
+    parts.life.migration = incoming  # it hears the VMM first from now on
     record.migration = km.MigrationMetadata(uid=km.migration_uid(vmi), start=now_rfc3339())
     # A VMI paused on the source stays paused here (Go: `l.paused.add` for the Paused condition).
     record.user_paused = any(c.type == PAUSED_CONDITION and c.status == "True" for c in vmi.status.conditions)
@@ -68,10 +72,10 @@ async def prepare(host: MigrationHost, vmi: VirtualMachineInstance, options: Lau
     return "prepared: waiting for the source"
 
 
-async def finalize(host: MigrationHost, vmi: VirtualMachineInstance, interface_migration: dict[str, str]) -> str:
+async def finalize(parts: ManagerParts, vmi: VirtualMachineInstance, interface_migration: dict[str, str]) -> str:
     """`finalizeMigrationTarget`: succeeds once the incoming migration completed, as often as
     virt-handler calls it. Interface link refresh and guest time are not available here."""
-    incoming = host.migration
+    incoming = parts.life.migration
     if not isinstance(incoming, Incoming) or not incoming.completed:
         raise CommandFailed("no migration has completed into this pod")
     refresh = sorted(name for name, method in interface_migration.items() if method == "LinkRefresh")
@@ -84,9 +88,9 @@ async def finalize(host: MigrationHost, vmi: VirtualMachineInstance, interface_m
 class Incoming:
     """One incoming migration."""
 
-    def __init__(self, host: MigrationHost, vmi: VirtualMachineInstance, vmm: VmmSession) -> None:
-        self.host = host
-        self.record: DomainRecord = host.record
+    def __init__(self, parts: ManagerParts, vmi: VirtualMachineInstance, vmm: VmmSession) -> None:
+        self.parts = parts
+        self.record: DomainRecord = parts.record
         self.uid = km.migration_uid(vmi)
         self.vmi = vmi
         self.vmm = vmm
@@ -99,14 +103,12 @@ class Incoming:
         self._receive: threading.Thread | None = None
 
     async def start(self) -> None:
-        host = self.host
-        from ch_launcher.migration.relay import Relay
-
-        api_socket = host.settings.vmm_paths[0]
+        settings = self.parts.settings
+        api_socket = settings.vmm_paths[0]
         ch_listen = os.path.join(os.path.dirname(api_socket), "migration-in.sock")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(ch_listen)
-        proxy = km.proxy_socket(host.settings.share_dir, km.target_proxy_uid(self.vmi))
+        proxy = km.proxy_socket(settings.share_dir, km.target_proxy_uid(self.vmi))
         try:
             os.makedirs(os.path.dirname(proxy), exist_ok=True)
         except OSError as e:
@@ -116,8 +118,6 @@ class Incoming:
         client = self.vmm.client
 
         def receive() -> None:
-            from ch_launcher.ch.api import ChApiError
-
             try:
                 client.receive_migration(f"unix:{ch_listen}", timeout=RECEIVE_TIMEOUT)
                 error = None
@@ -194,10 +194,10 @@ class Incoming:
     def complete(self) -> None:
         """The VM runs here: EndTimestamp; then the guest-facing services, with the MACs the
         received configuration carries."""
-        record, runner = self.record, self.host.runner
+        record, runner = self.record, self.parts.runner
         self.ended = self.completed = True
         if self.relay is not None:
-            runner.background(self._close_relay_once_done(self.relay))
+            runner.watch("migration relay", self._close_relay_once_done(self.relay))
         if record.migration_paused:
             # CompletePaused: the source's VM was paused (by the user); it stays so here.
             record.migration_paused = False
@@ -207,7 +207,7 @@ class Incoming:
         record.booted_once.set()
         record.set_state(VmState.RUNNING if record.state is VmState.RUNNING else VmState.PAUSED, force=True)
         log.info("the incoming migration %s completed", self.uid)
-        runner.background(runner.locked("migration-target", self._after_completion))
+        runner.background(WORK, self._after_completion)
 
     async def _close_relay_once_done(self, relay: Relay) -> None:
         """The receive call returns once the VMM has written its answer to `Complete`, which the
@@ -218,25 +218,23 @@ class Incoming:
         relay.close()
 
     async def _after_completion(self) -> None:
-        from ch_launcher.ch.api import ChApiError
-
-        host = self.host
+        parts = self.parts
         try:
             info = await self.vmm.call(self.vmm.client.info)
             _adopt_macs(self.record.plan, info.config)
         except ChApiError as e:
             log.warning("vm.info after the migration: %s; the guest services use this pod's MACs", e)
         try:
-            await host.start_guest_services()
+            await parts.boot.start_guest_services()
         except CommandFailed as e:
             log.error("after the migration: %s", e)
-        host.attach_console()
+        parts.guest.attach_console()
 
     def fail(self, why: str, *, vmm_gone: bool = False) -> None:
         """The migration did not complete here: kill the VMM, withdraw the domain."""
         if self.ended:
             return
-        host, record = self.host, self.record
+        parts, record = self.parts, self.record
         self.ended = self.failed = True
         log.error("the incoming migration failed: %s", why)
         relay = self.relay
@@ -258,11 +256,11 @@ class Incoming:
                 if relay is not None:
                     relay.close()  # only now: a receiver without its sender would spin
             if self.started:
-                await host.forget()
+                await parts.supervision.forget()
             else:
                 record.bump()
 
-        host.runner.background(withdraw())
+        parts.runner.background(WORK, withdraw)
 
     def job_info(self) -> None:
         """No outgoing migration job here: the stats carry zeros (`MigrateDomainJobInfo`)."""
@@ -272,14 +270,18 @@ class Incoming:
             self.relay.close()
 
 
-def _adopt_macs(plan: Plan | None, config: Any) -> None:
+def _adopt_macs(plan: Plan | None, config: dict[str, object]) -> None:
     """After a migration the guest keeps the MACs it had: the configuration the source sent.
-    DHCP must answer those, not the ones this pod would have chosen."""
-    if plan is None or not isinstance(config, dict):
+    The plan takes them everywhere it names a NIC's MAC: the DHCP server answers them, the Domain
+    shows them, and a VM made afresh from the plan (a soft reboot's `vm.create`) has them, not
+    the ones this pod would have chosen."""
+    nets = config.get("net")
+    if plan is None or not isinstance(nets, list):
         return
-    nets = config.get("net") or []
     macs = {n["id"]: n["mac"] for n in nets if isinstance(n, dict) and n.get("id") and n.get("mac")}
     if not macs:
         return
     plan.dhcp = [replace(spec, mac=macs.get(spec.interface, spec.mac)) for spec in plan.dhcp]
     plan.interfaces = [replace(i, mac=macs.get(i.alias, i.mac)) for i in plan.interfaces]
+    if plan.config.net:
+        plan.config.net = [n.model_copy(update={"mac": macs.get(n.id or "", n.mac)}) for n in plan.config.net]

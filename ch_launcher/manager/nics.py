@@ -38,6 +38,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ch_launcher.convert import podnet
 from ch_launcher.manager.settings import CommandFailed
 
 if TYPE_CHECKING:
@@ -89,8 +90,6 @@ def reachable(vmi: VirtualMachineInstance, live: Plan) -> VirtualMachineInstance
 def plan_changes(live: Plan, wanted: Plan, vmi: VirtualMachineInstance, removing: set[str]) -> NicChanges:
     """The NIC hotplug that turns the running VM (`live`) into what `vmi` asks (`wanted`, its
     translation through `reachable`). `removing`: devices whose removal is under way."""
-    from ch_launcher.convert import podnet
-
     changes = NicChanges()
     have = {i.alias for i in live.interfaces}
     configs = {n.id: n for n in wanted.config.net or ()}

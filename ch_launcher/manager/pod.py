@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
+
+from ch_launcher.manager import features
 
 if TYPE_CHECKING:
     from ch_launcher.convert import PodFacts
@@ -30,9 +33,7 @@ def release_memory(maps_path: str = "/proc/self/maps") -> int:
 
     Returns the number of mappings advised; never raises (an old kernel without MADV_PAGEOUT
     only loses the last step)."""
-    import ctypes
-    import gc
-
+    ctypes = features.ctypes
     gc.collect()
     gc.freeze()
     advised = 0
@@ -57,10 +58,7 @@ def read_pod_facts(environ: Mapping[str, str] | None = None, sys_root: str = "/s
     nodes, the host's CPU topology, link MTUs and MACs, and the network-info downward-API file
     (SR-IOV and vhost-user device info; its path can be moved with env CH_NETWORK_INFO, for
     tests). Env CH_HOST_ROOT (tests) prefixes the host paths checked for VFIO devices."""
-    from ch_launcher.convert import PodFacts
-    from ch_launcher.convert.netinfo import NETWORK_INFO_PATH
-    from ch_launcher.stats import parse_cpu_list
-
+    convert, parse_cpu_list = features.convert, features.stats.parse_cpu_list
     cpuset: tuple[int, ...] = ()
     for path in (f"{sys_root}/fs/cgroup/cpuset.cpus.effective", f"{sys_root}/fs/cgroup/cpuset/cpuset.cpus"):
         try:
@@ -90,9 +88,10 @@ def read_pod_facts(environ: Mapping[str, str] | None = None, sys_root: str = "/s
                 macs[link] = f.read().strip()
     pod_env = dict(os.environ if environ is None else environ)
     network_info = None
-    with contextlib.suppress(OSError), open(pod_env.get("CH_NETWORK_INFO", NETWORK_INFO_PATH), errors="replace") as f:
+    with contextlib.suppress(OSError), open(pod_env.get("CH_NETWORK_INFO", convert.netinfo.NETWORK_INFO_PATH),
+                                                errors="replace") as f:
         network_info = f.read()
-    return PodFacts(environ=pod_env, cpuset=cpuset, link_mtu=mtus, link_mac=macs, network_info=network_info,
+    return convert.PodFacts(environ=pod_env, cpuset=cpuset, link_mtu=mtus, link_mac=macs, network_info=network_info,
                     memory_nodes=memory_nodes, topology=read_host_topology(sys_root),
                     host_root=pod_env.get("CH_HOST_ROOT", ""))
 
@@ -100,9 +99,7 @@ def read_pod_facts(environ: Mapping[str, str] | None = None, sys_root: str = "/s
 def read_host_topology(sys_root: str = "/sys") -> HostTopology | None:
     """NUMA cells (`devices/system/node/node<N>/cpulist`, `distance`) and each CPU's core
     siblings (`devices/system/cpu/cpu<N>/topology/thread_siblings_list`); None if unreadable."""
-    from ch_launcher.convert.topology import HostCell, HostCpu, HostTopology
-    from ch_launcher.stats import parse_cpu_list
-
+    topology, parse_cpu_list = features.convert.topology, features.stats.parse_cpu_list
     node_dir = f"{sys_root}/devices/system/node"
     try:
         nodes = sorted(int(n[4:]) for n in os.listdir(node_dir) if n.startswith("node") and n[4:].isdigit())
@@ -126,5 +123,5 @@ def read_host_topology(sys_root: str = "/sys") -> HostTopology | None:
         distances: tuple[tuple[int, int], ...] = ()
         with contextlib.suppress(OSError, ValueError), open(f"{node_dir}/node{node}/distance") as f:
             distances = tuple(zip(nodes, (int(d) for d in f.read().split()), strict=False))
-        cells.append(HostCell(node, tuple(HostCpu(c, siblings(c)) for c in cpus), distances))
-    return HostTopology(tuple(cells)) if cells else None
+        cells.append(topology.HostCell(node, tuple(topology.HostCpu(c, siblings(c)) for c in cpus), distances))
+    return topology.HostTopology(tuple(cells)) if cells else None

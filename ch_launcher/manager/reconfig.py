@@ -3,8 +3,9 @@ hotplug, PVC expansion: `manager.devices`), vCPU and memory resize (`manager.res
 devices leaving the VM once the guest has ejected them. The modules doing the work are imported
 on first use, so a VM that never changes never loads them.
 
-Runs under the manager's lock like every command (a Sync's step, or the resize RPCs); raises
-CommandFailed with the in-band message. The plan (the record's) is edited in place and the
+Runs under the manager's lock like every command (a Sync's step, the resize RPCs, or work it
+starts through `Runner.background`: DHCP again after a NIC left); raises CommandFailed with the
+in-band message. The plan (the record's) is edited in place and the
 record publishes the Domain that shows it.
 """
 
@@ -12,11 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from ch_launcher import lifecycle
-from ch_launcher.lifecycle import UP
+from ch_launcher.lifecycle import UP, VmState
 from ch_launcher.manager import features
 from ch_launcher.manager.settings import CommandFailed
 
@@ -24,11 +24,10 @@ if TYPE_CHECKING:
     from ch_launcher.convert import LauncherOptions, Plan
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
     from ch_launcher.manager.guest import GuestServices
+    from ch_launcher.manager.planner import Planner
     from ch_launcher.manager.record import DomainRecord
     from ch_launcher.manager.runner import Runner
     from ch_launcher.manager.vmm import VmmHost, VmmSession
-
-    Translate = Callable[[VirtualMachineInstance, LauncherOptions | None], Awaitable[Plan]]
 
 log = logging.getLogger(__name__)
 
@@ -41,16 +40,16 @@ def device_facts(vmi: VirtualMachineInstance) -> tuple[object, ...]:
 
 
 class Reconfiguration:
-    """Changes to the running VM. `translate` is the boot's planner (`Planner.translate`): a
-    change is the difference between the running plan and the new VMI's translation."""
+    """Changes to the running VM: a change is the difference between the running plan and the new
+    VMI's translation (`planner`)."""
 
     def __init__(self, record: DomainRecord, host: VmmHost, guest: GuestServices, runner: Runner,
-                 translate: Translate) -> None:
+                 planner: Planner) -> None:
         self._record = record
         self._host = host
         self._guest = guest
         self._runner = runner
-        self._translate = translate
+        self._planner = planner
         self.removing: set[str] = set()   # devices detached, not yet ejected by the guest
         self._devices_seen: tuple[object, ...] | None = None  # the VMI device facts the VM was last brought to
 
@@ -67,7 +66,7 @@ class Reconfiguration:
         return self._host.current
 
     async def translate(self, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> Plan:
-        return await self._translate(vmi, options)
+        return await self._planner.translate(vmi, options)
 
     async def restart_dhcp(self, plan: Plan) -> None:
         await self._guest.restart_dhcp(plan, self._record.vmi)
@@ -100,7 +99,7 @@ class Reconfiguration:
         plan, session = self._record.plan, self._host.current
         if plan is None or session is None or self._record.state not in UP:
             raise CommandFailed(lifecycle.NOT_RUNNING)
-        wanted = await self._translate(vmi, options)
+        wanted = await self._planner.translate(vmi, options)
         if what == "vcpus":
             assert plan.config.cpus is not None
             count = resize.desired_vcpus(plan, wanted)
@@ -129,7 +128,7 @@ class Reconfiguration:
             except api.ChApiError as e:
                 raise CommandFailed(f"failed to update Guest Memory: {e}") from None
             memory.hotplugged_size = (ram - memory.size) or None
-        self._runner.background(self._follow_memory(session))
+        self._runner.watch("memory resize", self._follow_memory(session))
         return f"{ram} bytes of memory"
 
     async def _wait_for_vcpu_removal(self, session: VmmSession, count: int, before: int) -> None:
@@ -161,9 +160,10 @@ class Reconfiguration:
     async def _follow_memory(self, session: VmmSession, period: float = 0.5, rounds: int = 20) -> None:
         """Read `memory_actual_size` for a while after a memory resize: the guest's virtio-mem
         driver plugs at its own pace and the Domain's CurrentMemory (virt-handler's
-        status.memory.guestCurrent) must follow. Bounded: also refreshed on every Sync."""
+        status.memory.guestCurrent) must follow. Each reading takes the lock; the waits between
+        them do not. Bounded: also refreshed on every Sync."""
         for _ in range(rounds):
-            if not await self.refresh_memory(session):
+            if not await self._runner.locked("memory resize", lambda: self.refresh_memory(session)):
                 return
             plan = self._record.plan
             memory = plan.config.memory if plan is not None else None
@@ -203,7 +203,8 @@ class Reconfiguration:
         dhcp = [d for d in plan.dhcp if d.interface != name]
         if len(dhcp) != len(plan.dhcp):
             plan.dhcp = dhcp
-            self._runner.background(self._restart_dhcp_quietly(plan))  # no server on its bridge any more
+            # no server on its bridge any more: after what holds the lock now, for the VM it is then
+            self._runner.background("DHCP restart", lambda: self._restart_dhcp_quietly(plan))
         if (len(plan.disks), len(plan.interfaces)) != before:
             log.info("%s %s is gone from the VM", "the disk of volume" if len(plan.disks) != before[0]
                      else "interface", name)
@@ -218,6 +219,8 @@ class Reconfiguration:
         self.removing.clear()
 
     async def _restart_dhcp_quietly(self, plan: Plan) -> None:
+        if self._record.plan is not plan or self._record.state is VmState.UNDEFINED:
+            return  # the VM was forgotten, or made afresh, meanwhile: its servers are another's business
         try:
             await self._guest.restart_dhcp(plan, self._record.vmi)
         except CommandFailed as e:

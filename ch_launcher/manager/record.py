@@ -5,9 +5,10 @@ each change of it (Notify). Both come from here. The record holds the facts the 
 from: the VM's state and why it is down, the intents that colour it (the user's pause, an armed
 soft reboot), the grace-period, panic and migration metadata, and the VMI and plan it describes.
 Every change that can show goes through `set_state` or `publish`, which rebuild the Domain JSON
-once and queue it in the outbox: ADDED for a freshly booted domain, MODIFIED afterwards, and a
-final MODIFIED with `ObjectMeta.deletionTimestamp` when the VM is forgotten (contract §2.5,
-§10.4). `wait_until` waits, without polling, for a change that makes a predicate hold.
+once and hand it to the sink (virt-handler's Notify client, which queues it and returns at once;
+the order and retries of delivery are its own, `notify.py`): ADDED for a freshly booted domain,
+MODIFIED afterwards, and a final MODIFIED with `ObjectMeta.deletionTimestamp` when the VM is
+forgotten (contract §2.5, §10.4). `wait_until` waits, without polling, for a change that makes a predicate hold.
 
 Who writes what: the state, through `set_state`, whoever observes it change (the commands, the
 boot, the supervision of the VMM, a migration); `user_paused` and `soft_reboot`, the commands
@@ -15,14 +16,12 @@ and what they started; `migration` and `migration_paused`, the migration source 
 `current_memory`, the reconfiguration. None of them sends anything itself.
 
 Failure behaviour: nothing here raises on a change; a sink that fails is logged, and the events
-after it still go (`Outbox`).
+after it still go.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -68,7 +67,7 @@ class DomainRecord:
         self._plan: Plan | None = None
         self._domain_json = ""
         self._announced = False             # an ADDED was sent for the current domain
-        self._outbox = Outbox(sink)
+        self._sink = sink
         self._changed = asyncio.Event()
         self.booted_once = asyncio.Event()  # a VM booted (or arrived) at least once: "domain defined"
         self.forgotten = asyncio.Event()    # the final deletion event has been queued
@@ -157,16 +156,20 @@ class DomainRecord:
         if status is not None and text and (changed or force):
             kind = "MODIFIED" if self._announced else "ADDED"
             self._announced = True
-            self._outbox.put_domain(text, kind)
+            self._send_domain(text, kind)
             log.info("domain %s: %s/%s", kind, status[0].value, status[1].value)
         self.bump()
 
     def k8s_event(self, type_: str, reason: str, message: str) -> None:
         """A Kubernetes event about the VMI (none before a VMI is known)."""
         vmi = self._vmi
-        if vmi is not None:
-            self._outbox.put_k8s_event(type=type_, reason=reason, message=message, namespace=vmi.metadata.namespace,
-                                       name=vmi.metadata.name, uid=vmi.metadata.uid)
+        if vmi is None or self._sink is None:
+            return
+        try:
+            self._sink.send_k8s_event(type=type_, reason=reason, message=message, namespace=vmi.metadata.namespace,
+                                      name=vmi.metadata.name, uid=vmi.metadata.uid)
+        except Exception:  # a broken sink must not stop the VM's events
+            log.exception("could not queue a Kubernetes event for virt-handler")
 
     def forget(self) -> None:
         """The VM is gone: back to no domain (the grace, panic and migration metadata stay), and
@@ -179,7 +182,7 @@ class DomainRecord:
         if vmi is not None:
             view = deleted_domain_view(vmi.metadata.name, vmi.metadata.namespace, vmi.metadata.uid,
                                        now_rfc3339(), panic_count=self._panic_count, panic_info=self._panic_info)
-            self._outbox.put_domain(domain_json(view), "MODIFIED")
+            self._send_domain(domain_json(view), "MODIFIED")
         self.forgotten.set()
         self.bump()
 
@@ -205,78 +208,16 @@ class DomainRecord:
                 return predicate()
         return True
 
-    # --- the outbox --------------------------------------------------------------------------------
+    # --- delivery --------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start delivering events."""
-        self._outbox.start()
-
-    async def flush(self, timeout: float) -> bool:
-        """Wait until every queued event went to virt-handler (or `timeout`); True if so."""
-        return await self._outbox.flush(timeout)
-
-    async def close(self) -> None:
-        await self._outbox.close()
-
-
-class Outbox:
-    """The events for virt-handler, in the order they happened, handed to the sink one at a time:
-    `put_*` never waits; one task delivers in order, waiting on an event while empty."""
-
-    def __init__(self, sink: EventSink | None) -> None:
-        self._sink = sink
-        self._items: collections.deque[tuple[str, str, dict[str, str]]] = collections.deque()
-        self._ready = asyncio.Event()
-        self._empty = asyncio.Event()
-        self._empty.set()
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._pump(), name="domain-events")
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    def put_domain(self, domain_json: str, event_type: str) -> None:
-        self._put(("domain", event_type, {"domain_json": domain_json}))
-
-    def put_k8s_event(self, **event: str) -> None:
-        self._put(("k8s", "", event))
-
-    def _put(self, item: tuple[str, str, dict[str, str]]) -> None:
-        self._items.append(item)
-        self._empty.clear()
-        self._ready.set()
-
-    async def _pump(self) -> None:
-        while True:
-            await self._ready.wait()
-            self._ready.clear()
-            while self._items:
-                kind, event_type, payload = self._items.popleft()
-                if self._sink is None:
-                    continue
-                try:
-                    if kind == "domain":
-                        await self._sink.send_domain(payload["domain_json"], event_type)
-                    else:
-                        await self._sink.send_k8s_event(**payload)
-                except Exception:  # a broken sink must not stop the VM's events
-                    log.exception("could not queue a %s event for virt-handler", kind)
-            self._empty.set()
-
-    async def flush(self, timeout: float) -> bool:
-        """Wait until every queued event went to virt-handler (or `timeout`); True if so."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        try:
-            await asyncio.wait_for(self._empty.wait(), timeout)
-        except TimeoutError:
-            return False
+    def _send_domain(self, text: str, kind: str) -> None:
         if self._sink is None:
-            return True
-        return await self._sink.flush(max(0.0, deadline - loop.time()))
+            return
+        try:
+            self._sink.send_domain(text, kind)
+        except Exception:  # a broken sink must not stop the VM's events
+            log.exception("could not queue a domain event for virt-handler")
+
+    async def flush(self, timeout: float) -> bool:
+        """Wait until every event sent so far went to virt-handler (or `timeout`); True if so."""
+        return True if self._sink is None else await self._sink.flush(timeout)

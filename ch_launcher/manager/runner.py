@@ -1,12 +1,17 @@
 """One thing at a time: the manager's work runs under one lock, each command within a time
-budget, and work that outlives its budget goes on in the background (owned here, so `cancel()`
-ends it with everything else left running)."""
+budget, and work that outlives its budget goes on in the background.
+
+The one door for work the manager starts by itself: `background` runs it as a task under the same
+lock as the commands (a soft reboot's fresh boot, a panic's destroy, a device leaving, a
+migration's end), `later` after a delay, and `watch` runs what only waits and reads (it changes
+neither the VM nor its record). Every such task and timer is owned here: `cancel()` ends them all
+when the manager closes, and nothing new starts after that."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
@@ -23,12 +28,14 @@ class StillRunning(Exception):
 
 
 class Runner:
-    """Serialises the manager's work: commands, the warm-up start, a soft reboot's new boot."""
+    """Serialises the manager's work: commands, and what the manager starts by itself."""
 
     def __init__(self) -> None:
         self._lock = asyncio.Lock()
         self.busy_with = ""  # what holds the lock now; "" when it is free
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._timers: set[asyncio.TimerHandle] = set()
+        self._closed = False
 
     async def locked(self, what: str, work: Callable[[], Awaitable[T]],
                      started: asyncio.Event | None = None) -> T:
@@ -104,8 +111,38 @@ class Runner:
         if not task.cancelled():
             task.exception()  # reported through on_late_end already
 
-    def background(self, coro: Awaitable[Any]) -> None:
-        """Run `coro` as a task owned here; an exception it ends with is logged."""
+    def background(self, what: str, work: Callable[[], Awaitable[Any]]) -> None:
+        """Run `await work()` under the lock, as a task owned here (after the commands and
+        background work already waiting for it); an exception it ends with is logged. Nothing
+        runs once the runner is cancelled."""
+        self._own(self.locked(what, work), what)
+
+    def watch(self, what: str, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run `coro` as a task owned here, without the lock: for work that only waits and
+        reads (it changes neither the VM nor its record; a change it leads to goes through
+        `background` or `locked`)."""
+        self._own(coro, what)
+
+    def later(self, delay: float, what: str, work: Callable[[], Awaitable[Any]]) -> asyncio.TimerHandle | None:
+        """`background(what, work)` after `delay` seconds; a timer owned here (the caller may
+        cancel it earlier). None once the runner is cancelled."""
+        if self._closed:
+            return None
+
+        def fire() -> None:
+            self._timers.discard(handle)
+            self.background(what, work)
+
+        handle = asyncio.get_running_loop().call_later(delay, fire)
+        self._timers = {h for h in self._timers if not h.cancelled()}  # cancelled by their owners meanwhile
+        self._timers.add(handle)
+        return handle
+
+    def _own(self, coro: Coroutine[Any, Any, Any], what: str) -> None:
+        if self._closed:
+            coro.close()
+            log.debug("not starting %s: the manager is closing", what)
+            return
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._background_done)
@@ -115,7 +152,22 @@ class Runner:
         if not task.cancelled() and task.exception() is not None:
             log.error("background task failed", exc_info=task.exception())
 
+    async def idle(self, timeout: float) -> bool:
+        """Wait until no task of this runner is left (False on timeout): for tests and close."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._tasks:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            await asyncio.wait(list(self._tasks), timeout=remaining)
+        return True
+
     def cancel(self) -> None:
-        """Cancel every task still running here (idempotent)."""
+        """Cancel every task and timer still here, and start nothing after (idempotent)."""
+        self._closed = True
+        for handle in list(self._timers):
+            handle.cancel()
+        self._timers.clear()
         for task in list(self._tasks):
             task.cancel()

@@ -13,7 +13,6 @@ from ch_launcher.kubevirt import paths
 
 if TYPE_CHECKING:
     from ch_launcher.ch.process import VmmSpawning
-    from ch_launcher.convert import LauncherEnv, PodFacts
 
 # What the first Sync needs and readiness does not (pydantic models, the configurators):
 # about 0.3 s of imports, so `preload()` runs them in a thread once the command socket is ready.
@@ -31,26 +30,23 @@ class CommandFailed(Exception):
 
 
 class EventSink(Protocol):
-    """Where Domain and K8s events go (the Notify client, `ch_launcher.notify.Notifier`)."""
+    """Where Domain and K8s events go (the Notify client, `ch_launcher.notify.Notifier`). The
+    `send_*` methods queue the event and return at once, in the order they are called; delivery,
+    its order and its retries are the sink's own."""
 
-    async def send_domain(self, domain_json: str, event_type: str = "MODIFIED") -> None: ...
+    def send_domain(self, domain_json: str, event_type: str = "MODIFIED") -> None: ...
 
-    async def send_k8s_event(self, *, type: str, reason: str, message: str,  # noqa: A002 (Event.type)
-                             namespace: str, name: str, uid: str) -> None: ...
+    def send_k8s_event(self, *, type: str, reason: str, message: str,  # noqa: A002 (Event.type)
+                       namespace: str, name: str, uid: str) -> None: ...
 
-    async def flush(self, timeout: float) -> bool: ...
+    async def flush(self, timeout: float) -> bool:
+        """Wait until everything sent so far is delivered (or `timeout`); True if so."""
 
 
 @dataclass(frozen=True)
-class ManagerSettings:
-    """Where things live and how long to wait. Every path derives from the launcher's flags."""
+class ManagerSettings(paths.LauncherPaths):
+    """Where things live (the launcher's directories, from its flags) and how long to wait."""
 
-    private_dir: str = paths.PRIVATE_DIR
-    share_dir: str = paths.SHARE_DIR
-    ephemeral_disk_dir: str = paths.EPHEMERAL_DISK_DIR
-    container_disk_dir: str = paths.CONTAINER_DISK_DIR
-    hotplug_disk_dir: str = paths.HOTPLUG_DISK_DIR
-    firmware_dir: str = paths.FIRMWARE_DIR
     ch_binary: str = paths.CH_BINARY
     kvm_device: str = paths.KVM_DEVICE    # the warm-up leaves the VMM to the first Sync while it is not ours
     name: str = ""                        # --name / --namespace / --uid: the VMI until a Sync says more
@@ -64,14 +60,6 @@ class ManagerSettings:
     api_timeout: float = 5.0              # any other REST call (vm.pause, vm.info, ...)
     vmm_env: Mapping[str, str] | None = None  # None: the launcher's own environment
     spawning: VmmSpawning | None = None   # the pod's process model (docs/process-model.md); None: VMM is our child
-
-    def launcher_env(self, pod: PodFacts | None = None) -> LauncherEnv:
-        """The translator's view of these directories (imported late: see HEAVY_MODULES)."""
-        from ch_launcher.convert import LauncherEnv
-
-        return LauncherEnv(private_dir=self.private_dir, share_dir=self.share_dir,
-                           ephemeral_disk_dir=self.ephemeral_disk_dir, container_disk_dir=self.container_disk_dir,
-                           hotplug_disk_dir=self.hotplug_disk_dir, firmware_dir=self.firmware_dir, pod=pod)
 
     @property
     def vmm_paths(self) -> tuple[str, str, str]:

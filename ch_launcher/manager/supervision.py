@@ -1,33 +1,31 @@
 """The supervision of the VMM: what the manager hears from it and makes of it. CH's events, a
 guest panic (and on_crash=destroy), the VMM's exit, an internal failure only its log tells, and
-the soft reboot a guest poweroff becomes; and stopping the VMM, whose exit it then handles.
+the soft reboot a guest poweroff becomes; and forgetting the VM.
 
-A live migration in progress hears the events and the exit first (`MigrationSlot`).
+It is the host's listener (`VmmHost.listen`). A live migration in progress hears the events first
+(`VmmLife.migration`), and the exit too (`VmmLife.gone`).
 
-The handlers run on the event loop (events, exits) and never raise; what needs the manager's
-lock (stopping the VMM after a panic, a soft reboot's fresh boot) runs as a locked background
-task.
+The event handler runs on the event loop and never raises: an event is an observation, applied at
+once. Everything that awaits (handling an exit, stopping the VMM after a panic, a soft reboot's
+fresh boot) is work, and goes through the manager's lock (`Runner.background`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ch_launcher import lifecycle
 from ch_launcher.kubevirt.domain import Reason
-from ch_launcher.kubevirt.log import log_subcomponent_line
-from ch_launcher.lifecycle import ALIVE, UP, VmState
+from ch_launcher.lifecycle import UP, VmState
 from ch_launcher.manager.settings import CommandFailed
-from ch_launcher.manager.view import describe_exit
 
 if TYPE_CHECKING:
     from ch_launcher.ch.events import Event
+    from ch_launcher.manager.boot import Boot
     from ch_launcher.manager.guest import GuestServices
-    from ch_launcher.manager.migration_port import Migration
+    from ch_launcher.manager.life import VmmLife
     from ch_launcher.manager.reconfig import Reconfiguration
     from ch_launcher.manager.record import DomainRecord
     from ch_launcher.manager.runner import Runner
@@ -36,49 +34,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class MigrationSlot:
-    """The live migration of this VM, one at a time (`migration_source.Outgoing` or
-    `migration_target.Incoming`, from the moment one begins): it hears the VMM's events and exit
-    before the supervision does, and gives the stats their job info."""
-
-    def __init__(self) -> None:
-        self.current: Migration | None = None
-
-    def begin(self, migration: Migration) -> None:
-        self.current = migration
-
-    def on_event(self, event: Event) -> bool:
-        """True when the migration consumed the event."""
-        return self.current is not None and self.current.on_event(event)
-
-    def on_vmm_exit(self, code: int | None) -> None:
-        if self.current is not None:
-            self.current.on_vmm_exit(code)
-
-    def job_info(self) -> dict[str, Any] | None:
-        """`MigrateDomainJobInfo` of the outgoing migration in progress (None: none)."""
-        return self.current.job_info() if self.current is not None else None
-
-    async def close(self) -> None:
-        if self.current is not None:
-            await self.current.close()
-
-
 class Supervision:
-    """Keeps the record in step with the host's VMM. `boot_again` is the boot's fresh start
-    of a soft reboot (`Boot.boot_again`), run under the lock."""
+    """Keeps the record in step with the host's VMM (its listener), and boots the VM again for a
+    soft reboot (`Boot.boot_again`), under the lock."""
 
-    def __init__(self, record: DomainRecord, host: VmmHost, guest: GuestServices, reconfig: Reconfiguration,
-                 runner: Runner, migration: MigrationSlot, boot_again: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, record: DomainRecord, host: VmmHost, life: VmmLife, boot: Boot, guest: GuestServices,
+                 reconfig: Reconfiguration, runner: Runner) -> None:
         self._record = record
         self._host = host
+        self._life = life
+        self._boot = boot
         self._guest = guest
         self._reconfig = reconfig
         self._runner = runner
-        self._migration = migration
-        self._boot_again = boot_again
         self.rebooting = False   # the guest shut down for a soft reboot; a fresh VM is on its way
-        self._closing = False
+        host.listen(self)
 
     def between_boots(self) -> bool:
         """A soft reboot is replacing the VMM: the domain stays Running (as libvirt's fake reboot
@@ -87,14 +57,13 @@ class Supervision:
         killing = session is not None and session.killing
         return self.rebooting and not killing and self._record.state in UP
 
-    def forget(self) -> None:
+    async def forget(self) -> None:
+        """The VM is gone: its guest services and swtpm stop, and the domain is withdrawn."""
+        await self._guest.stop()
+        await self._boot.stop_swtpm()
+        self._reconfig.forget()
         self.rebooting = False
-
-    def close(self) -> None:
-        """The manager is closing: its VMM's exit is the launcher's doing, not news."""
-        self._closing = True
-        if self._host.current is not None:
-            self._host.current.killing = True
+        self._record.forget()
 
     # --- events --------------------------------------------------------------------------------
 
@@ -104,7 +73,8 @@ class Supervision:
         log.info("cloud-hypervisor event %s%s", name, f" {json.dumps(event.properties)}" if event.properties else "")
         if session is not None:
             session.heard(name)
-        if self._migration.on_event(event):
+        migration = self._life.migration
+        if migration is not None and migration.on_event(event):
             return
         if session is not None and session.stale(name):
             return  # the answer to our call came first and said so: a late event changes nothing
@@ -114,7 +84,7 @@ class Supervision:
         if name == "vm:shutdown":
             if session is not None:
                 session.saw_shutdown = True
-                self._check_failure(session)
+                self._life.check_failure(session)
                 failure = session.failure
             if record.soft_reboot and not killing and failure is None:
                 self.rebooting = True
@@ -153,7 +123,7 @@ class Supervision:
             return
         log.warning("the guest panicked; stopping cloud-hypervisor, as libvirt's on_crash=destroy stops QEMU")
         record.set_state(VmState.PANICKED, force=True)
-        self._runner.background(self._runner.locked("on_crash=destroy", self._destroy_after_panic))
+        self._runner.background("on_crash=destroy", self._destroy_after_panic)
 
     async def _destroy_after_panic(self) -> None:
         if self._record.state is not VmState.PANICKED:
@@ -161,81 +131,20 @@ class Supervision:
         self._record.soft_reboot = False
         if self._host.current is not None:
             self._host.current.crash_destroy = True
-        await self.stop_vmm()
+        await self._life.stop()
 
     # --- the VMM's end -------------------------------------------------------------------------
 
-    async def stop_vmm(self) -> None:
-        """Stop the current VMM (vmm.shutdown, SIGTERM, SIGKILL) and handle its exit."""
-        session = self._host.current
-        if session is None:
-            return
-        session.killing = True
-        timeout = self._host.settings.stop_timeout
-        await session.terminate(timeout, timeout)
-        await self.vmm_gone(session)
-
     def on_exit(self, session: VmmSession) -> None:
-        self._runner.background(self.vmm_gone(session))
+        self._runner.background("VMM exit", lambda: self._vmm_exited(session))
 
-    async def vmm_gone(self, session: VmmSession) -> None:
-        """The VMM exited (or was stopped): reap it, read its last events, update the Domain.
-        Idempotent per VMM."""
-        code = session.process.poll()
-        if code is None:  # another thread is reaping it (terminate): wait for that
-            code = await asyncio.to_thread(session.process.wait, 30.0)
-        if session is not self._host.current:
-            return
-        self._host.read_events()
-        self._migration.on_vmm_exit(code)
-        self._host.release(session)
-        record = self._record
-        how = describe_exit(code)
-        self._check_failure(session)  # its vm:shutdown may have been lost
-        # exit 0 is an orderly shutdown even when CH's event thread had no time to write vm:shutdown
-        guest_shut_down = session.saw_shutdown or code == 0
-        if (record.soft_reboot and guest_shut_down and not session.killing and session.failure is None
-                and record.state in UP):
-            log.info("the guest shut down for a soft reboot; booting it again")
-            record.soft_reboot = False
-            self._runner.background(self._runner.locked("SoftReboot", self._reboot_fresh))
-            return
-        if record.state in ALIVE:
-            down = lifecycle.down_reason(saw_shutdown=session.saw_shutdown, killing=session.killing,
-                                         state=record.state, exit_code=code, vmm_failed=session.failure is not None,
-                                         crash_destroy=session.crash_destroy)
-            record.set_state(VmState.DOWN, down=down, force=True)
-            if down in (Reason.CRASHED, Reason.PANICKED) and session.failure is None and not session.crash_destroy:
-                message = f"cloud-hypervisor (pid {session.pid}) {how} while the VM was running"
-                log.error("%s", message)
-                for line in session.process.log_tail(5).splitlines():  # its last words, as virt-launcher logs QEMU's
-                    log_subcomponent_line(log, "cloud-hypervisor", line)
-                record.k8s_event("Warning", "VMMCrashed", message)
-        elif record.state is not VmState.DOWN and not session.killing and not self._closing:
-            # No VM ran on it (a VM that stopped has announced vm:shutdown and is DOWN already).
-            log.warning("cloud-hypervisor (pid %d) %s with no VM running", session.pid, how)
-        if record.state is VmState.DOWN:
-            log.info("VM is down: %s", record.down.value if record.down else "?")
-        record.bump()
-
-    def _check_failure(self, session: VmmSession) -> None:
-        """While the VM is up and not being stopped by us: did the VMM stop it on an internal
-        failure (a vCPU error, a thread that panicked)? CH then says `vm:shutdown` and exits 0 as
-        after a guest poweroff; only its log tells (ch.vmmlog). Once per VMM: logged, and a
-        Warning event as for a VMM crash."""
-        if session.failure is not None or session.killing or self._record.state not in ALIVE:
-            return
-        failure = session.process.failure()
-        if failure is None:
-            return
-        session.failure = failure
-        message = f"cloud-hypervisor (pid {session.pid}) stopped the VM on an internal failure: {failure}"
-        log.error("%s", message)
-        self._record.k8s_event("Warning", "VMMCrashed", message)
+    async def _vmm_exited(self, session: VmmSession) -> None:
+        if await self._life.gone(session):
+            await self._reboot_fresh()
 
     async def _reboot_fresh(self) -> None:
         try:
-            await self._boot_again()
+            await self._boot.boot_again()
         except CommandFailed as e:
             log.error("soft reboot: %s", e)
             self._record.set_state(VmState.DOWN, down=Reason.CRASHED, force=True)

@@ -29,7 +29,7 @@ from ch_launcher.kubevirt import paths
 from ch_launcher.manager.settings import CommandFailed
 
 if TYPE_CHECKING:
-    from ch_launcher.convert.tpm import TpmSpec
+    from ch_launcher.convert.plan import TpmSpec
 
 log = logging.getLogger(__name__)
 FIELD = "spec.domain.devices.tpm"

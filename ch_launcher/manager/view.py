@@ -110,10 +110,6 @@ def vm_uuid(plan: Plan, vmi: VirtualMachineInstance) -> str:
     return firmware.uuid if firmware is not None and firmware.uuid else ""
 
 
-def cause(field_path: str, message: str) -> str:
-    return message if not field_path or field_path in message else f"{field_path}: {message}"
-
-
 def describe_exit(code: int | None) -> str:
     if code is None:
         return "did not exit"

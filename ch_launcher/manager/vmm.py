@@ -5,7 +5,8 @@ Both are watched with `loop.add_reader` (the FIFO's read end; the process's pidf
 polls. The FIFO is created once and outlives VMMs: each new VMM opens it for writing (CH blocks
 at start until a reader exists, and ours always does). Every VMM ever spawned is remembered, so
 `close()` leaves none behind, even one whose start was interrupted. REST calls to any of them run
-in one worker thread (CH serves one request at a time anyway).
+in one worker thread (CH serves one request at a time anyway). What they say and their exits go to
+the host's listener (`VmmListener`: the supervision).
 
 A session is made at spawn and dropped at the process's exit: what belongs to one VMM (what it
 was told, what it said, why it is stopping) never outlives it, and nothing needs resetting.
@@ -21,9 +22,10 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ch_launcher.ch.events import Event, EventFifo, EventStreamParser, open_event_fifo
+from ch_launcher.manager import features
 from ch_launcher.manager.settings import ManagerSettings
 
 if TYPE_CHECKING:
@@ -92,13 +94,11 @@ class VmmSession:
         """Its own word on its VM (Kata's habit: read vm.info, do not trust memory): "Running",
         "Paused", "Created"; None when it has no VM or does not answer (gone or going: its exit
         handler reports that). Never raises."""
-        from ch_launcher.ch.api import ChApiError
-
         if self.exited():
             return None
         try:
             info = await self.call(self.client.info)
-        except ChApiError as e:
+        except features.api.ChApiError as e:
             log.info("re-reading the VM's state: %s", e)
             return None
         return info.state
@@ -126,21 +126,31 @@ class VmmSession:
             self._told[event] += 1
 
 
-class VmmHost:
-    """Spawns VMMs (the `current` session) and reports what they say (`on_event`) and when they
-    exit (`on_exit`)."""
+class VmmListener(Protocol):
+    """Who hears the VMMs (the supervision): their events, in order, and each one's exit."""
 
-    def __init__(self, settings: ManagerSettings, on_event: Callable[[Event], None],
-                 on_exit: Callable[[VmmSession], None]) -> None:
+    def on_event(self, event: Event) -> None: ...
+
+    def on_exit(self, session: VmmSession) -> None: ...
+
+
+class VmmHost:
+    """Spawns VMMs (the `current` session) and tells its listener what they say and when they
+    exit (`listen`, before the first spawn)."""
+
+    def __init__(self, settings: ManagerSettings) -> None:
         self.settings = settings
         self.current: VmmSession | None = None
         self.version: str | None = None   # the VMM's version from vmm.ping ("53.0.0"), once one answered
         self._spawned: list[VmmSession] = []
         self._rest = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ch-api")
-        self._on_event = on_event
-        self._on_exit = on_exit
+        self._listener: VmmListener | None = None
         self._fifo: EventFifo | None = None
         self._parser = EventStreamParser()
+
+    def listen(self, listener: VmmListener) -> None:
+        """`listener` hears every event and exit from now on."""
+        self._listener = listener
 
     def owned_pids(self) -> set[int]:
         """Children whose exit status the VMM supervisor collects itself (not to be reaped by others)."""
@@ -149,8 +159,6 @@ class VmmHost:
     async def spawn(self) -> VmmSession:
         """Start a VMM (its session becomes `current`) and watch it. Raises VmmStartError if it
         cannot be executed. Does not wait for its API: see `wait_ready`."""
-        from ch_launcher.ch.process import VmmProcess
-
         api_socket, events, log_file = self.settings.vmm_paths
         loop = asyncio.get_running_loop()
         if self._fifo is None:
@@ -161,9 +169,9 @@ class VmmHost:
         self._parser = EventStreamParser()  # a dead VMM may have left half an event behind
 
         def spawn() -> VmmSession:
-            process = VmmProcess.spawn(self.settings.ch_binary, api_socket=api_socket, event_monitor=events,
-                                       log_file=log_file, env=vmm_environment(self.settings.vmm_env),
-                                       spawning=self.settings.spawning)
+            process = features.process.VmmProcess.spawn(
+                self.settings.ch_binary, api_socket=api_socket, event_monitor=events, log_file=log_file,
+                env=vmm_environment(self.settings.vmm_env), spawning=self.settings.spawning)
             process.client.timeout = self.settings.api_timeout
             session = VmmSession(process, self._rest)
             self._spawned.append(session)  # known to close() even if the caller is cancelled now
@@ -186,7 +194,8 @@ class VmmHost:
         if pidfd is not None:
             with contextlib.suppress(Exception):
                 asyncio.get_running_loop().remove_reader(pidfd)
-        self._on_exit(session)
+        if self._listener is not None:
+            self._listener.on_exit(session)
 
     def read_events(self) -> None:
         """Hand every complete event in the FIFO to `on_event` (also called before handling an
@@ -200,7 +209,8 @@ class VmmHost:
             return
         if data:
             for event in self._parser.feed(data):
-                self._on_event(event)
+                if self._listener is not None:
+                    self._listener.on_event(event)
 
     def release(self, session: VmmSession) -> None:
         """Stop watching `session`'s process and free its fds (it has exited); it is no longer current."""

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.apiserver.test_admission import CH, launcher_pod, pool, replicaset, vm, vmi
-from tests.apiserver.test_scoping import reviews
+from tests.apiserver.objects_support import CH, launcher_pod, pool, replicaset, reviews, vm, vmi
 from tests.manifests.cel import evaluate, request_for
 
 Change = Callable[[dict[str, Any]], None]

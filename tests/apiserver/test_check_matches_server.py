@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.apiserver.cluster import PCI_RESOURCE, USB_RESOURCE
-from tests.apiserver.test_admission import vm, vmi
+from tests.apiserver.objects_support import vm, vmi
 
 CHECK = pathlib.Path(sys.executable).parent / "ch-admission"
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tests.apiserver.cluster import PCI_RESOURCE, PERMITTED_HOST_DEVICES, USB_RESOURCE, Cluster
+from tests.apiserver.objects_support import pool, replicaset, vm, vmi
 from tests.apiserver.readme import row_showing
-from tests.apiserver.test_admission import pool, replicaset, vm, vmi
 
 
 def usb_refusal(field: str, resource: str = USB_RESOURCE) -> str:

@@ -6,32 +6,12 @@ from __future__ import annotations
 import pytest
 
 from tests.apiserver.cluster import SORT_NOTICE
+from tests.apiserver.objects_support import INSTALLED
 from tests.apiserver.readme import row_showing
 from tests.builders import new_vmi, with_hypervisor, with_memory
 from tests.manifests.render import MANIFESTS, one, render
 
 SA = "system:serviceaccount:kubevirt-ch:ch-admission"
-INSTALLED = [
-    "validatingwebhookconfiguration.admissionregistration.k8s.io/kubevirt-ch-validator",
-    "mutatingwebhookconfiguration.admissionregistration.k8s.io/kubevirt-ch-launcher-mutator",
-    "namespace/kubevirt-ch",
-    "serviceaccount/ch-admission",
-    "clusterrole.rbac.authorization.k8s.io/kubevirt-ch:ch-admission",
-    "clusterrolebinding.rbac.authorization.k8s.io/kubevirt-ch:ch-admission",
-    "clusterrole.rbac.authorization.k8s.io/kubevirt-ch:ch-admission-cabundle",
-    "clusterrolebinding.rbac.authorization.k8s.io/kubevirt-ch:ch-admission-cabundle",
-    "role.rbac.authorization.k8s.io/ch-admission-certs",
-    "rolebinding.rbac.authorization.k8s.io/ch-admission-certs",
-    "role.rbac.authorization.k8s.io/ch-admission-events",
-    "rolebinding.rbac.authorization.k8s.io/ch-admission-events",
-    "configmap/ch-admission-config",
-    "priorityclass.scheduling.k8s.io/kubevirt-ch-critical",
-    "deployment.apps/ch-admission",
-    "service/ch-admission",
-    "poddisruptionbudget.policy/ch-admission",
-    "validatingadmissionpolicy.admissionregistration.k8s.io/kubevirt-ch-unserved-namespaces",
-    "validatingadmissionpolicybinding.admissionregistration.k8s.io/kubevirt-ch-unserved-namespaces",
-]
 
 
 def test_the_install_creates_the_webhooks_first_and_nothing_warns(cluster):

@@ -15,9 +15,8 @@ import re
 import pytest
 
 from tests.apiserver.cluster import KUBEVIRT_VERSION, REPO, Cluster
+from tests.apiserver.objects_support import INSTALLED, create, launcher_pod, vm, vmi
 from tests.apiserver.readme import row_showing
-from tests.apiserver.test_admission import create, launcher_pod, vm, vmi
-from tests.apiserver.test_install import INSTALLED
 
 FIELD = "metadata.annotations[kubevirt-ch.io/hypervisor]"
 HCO_NAME = "kubevirt-kubevirt-hyperconverged"

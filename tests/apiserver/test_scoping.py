@@ -5,21 +5,13 @@ removal above all) never wait for it."""
 
 from __future__ import annotations
 
-import re
-
 from tests.apiserver.cluster import Run
+from tests.apiserver.objects_support import CH, create, launcher_pod, pool, replicaset, reviews, vm, vmi
 from tests.apiserver.readme import row_showing
-from tests.apiserver.test_admission import CH, create, launcher_pod, pool, replicaset, vm, vmi
 
 DOWN = ('Error from server (InternalError): {where}Internal error occurred: failed calling webhook "{hook}": '
         'failed to call webhook: Post "https://ch-admission.kubevirt-ch.svc:443/{path}?timeout=5s": '
         'dial tcp 10.250.0.1:8443: connect: connection refused')
-
-
-def reviews(cluster) -> int:
-    """Admission requests the server has answered so far (both paths, every verdict)."""
-    return int(sum(float(v) for v in re.findall(r'^ch_admission_requests_total\{path="/(?:validate|mutate-pod)",'
-                                                r'verdict="[^"]+"\} (\S+)$', cluster.metrics(), re.MULTILINE)))
 
 
 def test_what_does_not_select_cloud_hypervisor_never_reaches_the_server(cluster):

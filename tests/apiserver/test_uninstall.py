@@ -9,8 +9,8 @@ import re
 import pytest
 
 from tests.apiserver.cluster import Run
+from tests.apiserver.objects_support import create, launcher_pod, pool, replicaset, vm, vmi
 from tests.apiserver.readme import row_showing
-from tests.apiserver.test_admission import create, launcher_pod, pool, replicaset, vm, vmi
 
 GUARD = ("ValidatingAdmissionPolicy 'kubevirt-ch-guard' with binding 'kubevirt-ch-guard' denied request: the Cloud "
          "Hypervisor backend (kubevirt-ch) is not installed in this cluster, so kubevirt-ch.io/hypervisor: "

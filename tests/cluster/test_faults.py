@@ -10,6 +10,7 @@ until it is back."""
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import signal
 import time
@@ -36,6 +37,16 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def ready(vmi: dict[str, Any]) -> bool:
+    return conditions(vmi).get("Ready") == "True" and vmi.get("status", {}).get("phase") == "Running"
+
+
+def vm_row(cluster: NodeCluster, name: str) -> list[str]:
+    """`kubectl get vm NAME`'s row, split into its columns."""
+    (row,) = cluster.ok("get", "vm", name).splitlines()[1:]
+    return row.split()
+
+
 def conditions(vmi: dict[str, Any]) -> dict[str, str]:
     return {c["type"]: c["status"] for c in vmi.get("status", {}).get("conditions", [])}
 
@@ -43,6 +54,17 @@ def conditions(vmi: dict[str, Any]) -> dict[str, str]:
 def events_of(cluster: NodeCluster, uid: str) -> set[tuple[str, str, str]]:
     found = cluster.json("get", "events", "--field-selector", f"involvedObject.uid={uid}")["items"]
     return {(e["type"], e["reason"], e["message"]) for e in found}
+
+
+def events_once(cluster: NodeCluster, uid: str, *reasons: str) -> set[tuple[str, str, str]]:
+    """The object's events once there is one of each of `reasons` (a component records its events
+    apart from, and after, the status it writes)."""
+    def recorded() -> set[tuple[str, str, str]] | None:
+        events = events_of(cluster, uid)
+        return events if set(reasons) <= {reason for _, reason, _ in events} else None
+    found: set[tuple[str, str, str]] = cluster.wait_for(recorded, f"events {', '.join(reasons)}", timeout=60,
+                                                         every=0.5)
+    return found
 
 
 @pytest.fixture
@@ -83,7 +105,7 @@ def test_virt_handler_restarting_finds_both_launchers_again_and_the_guests_run_o
     names = ("f-handler-a", "f-handler-b")
     before = fresh(*names)
     offset = len(node_cluster.node_log("virt-handler"))
-    watch = node_cluster.watch("vmi", *names)
+    watch = node_cluster.watch("vmi")  # all of them: kubectl watches one name at most
     try:
         print("\n" + node_cluster.kill("virt-handler"))
 
@@ -128,7 +150,10 @@ def test_kubelet_and_containerd_restarting_leave_the_vmi_running(node_cluster: N
         pod_watch.close()
     assert set(vmi_watch.seen()) == {"Running"}, vmi_watch.rows
     assert set(pod_watch.seen()) == {"Running"}, pod_watch.rows
-    now = node_cluster.json("get", "pod", name)
+    def reported_ready() -> dict[str, Any] | None:  # by the new kubelet, once it has synced the pod
+        pod_now: dict[str, Any] = node_cluster.json("get", "pod", name)
+        return pod_now if all(s["ready"] for s in pod_now["status"]["containerStatuses"]) else None
+    now = node_cluster.wait_for(reported_ready, "the new kubelet to report the pod ready", timeout=60)
     assert {s["name"]: s["containerID"] for s in now["status"]["containerStatuses"]} == statuses
     assert all(s["restartCount"] == 0 and s["ready"] for s in now["status"]["containerStatuses"])
     ids = {cid.split("://", 1)[1] for cid in statuses.values()}
@@ -154,14 +179,15 @@ def test_a_killed_cloud_hypervisor_fails_the_vmi_and_its_vm_starts_a_new_one(nod
             failed = time.monotonic() - killed
 
             def replaced() -> dict[str, Any] | None:
-                vmi = node_cluster.wait_for_vmi(name, ready=True, timeout=60)
-                return vmi if vmi["metadata"]["uid"] != uid else None
-            second = node_cluster.wait_for(replaced, "the VM to run a new VMI", timeout=90)
+                r = node_cluster.kubectl("get", "vmi", name, "-o", "json")
+                vmi = json.loads(r.out) if r.rc == 0 else None
+                return vmi if vmi is not None and vmi["metadata"]["uid"] != uid and ready(vmi) else None
+            second = node_cluster.wait_for(replaced, "the VM to run a new VMI", timeout=180, every=0.5)
             running_again = time.monotonic() - killed
         finally:
             watch.close()
         print(f"\ncloud-hypervisor SIGKILLed -> VMI Failed {failed:.1f} s, new VMI Ready {running_again:.1f} s")
-        events = events_of(node_cluster, uid)
+        events = events_once(node_cluster, uid, "Stopped", "VMMCrashed")
         assert CRASHED in events, events
         crash = f"cloud-hypervisor (pid {vmm_pid_in_pod(events)}) was killed by SIGKILL while the VM was running"
         assert ("Warning", "VMMCrashed", crash) in events, events
@@ -171,8 +197,9 @@ def test_a_killed_cloud_hypervisor_fails_the_vmi_and_its_vm_starts_a_new_one(nod
         node_cluster.wait_for(lambda: node_cluster.kubectl("get", "pod", gone).rc != 0, "the old pod to go", timeout=60)
         node_cluster.wait_for(lambda: not node_cluster.containers_of(gone), "containerd to forget the old pod",
                               timeout=90, every=2)
-        (row,) = node_cluster.ok("get", "vm", name).splitlines()[1:]
-        assert row.split()[2:4] == ["Running", "True"], row
+        # the VM's status follows its new VMI (virt-controller writes it after the VMI's)
+        node_cluster.wait_for(lambda: vm_row(node_cluster, name)[2:4] == ["Running", "True"],
+                              "the VM to show Running and Ready", timeout=60)
     finally:
         node_cluster.kubectl("delete", "vm", name, "--ignore-not-found", "--wait=false")
 
@@ -183,46 +210,52 @@ def vmm_pid_in_pod(events: set[tuple[str, str, str]]) -> str:
     return message.split("(pid ", 1)[1].split(")", 1)[0]
 
 
-def test_a_killed_launcher_takes_its_vmm_with_it_and_the_vmi_fails(node_cluster: NodeCluster, fresh):
-    """The launcher is the compute container's first process: when it dies the kernel ends every
-    process of the container's PID namespace, the VMM included. virt-handler learns it when its
-    next resync finds the launcher's socket dead (KubeVirt's own path for a crashed virt-launcher)."""
-    ((vmi, pod),) = fresh("f-launcher-kill")
-    processes = node_cluster.processes(pod)
-    (launcher,), (vmm,) = processes["ch-launcher"], processes["cloud-hyperviso"]
-    os.kill(launcher, signal.SIGKILL)
-    killed = time.monotonic()
-    node_cluster.wait_for(lambda: not alive(vmm), "the VMM to end with its launcher", timeout=5, every=0.05)
-    vmm_gone = time.monotonic() - killed
-    name = pod["metadata"]["name"]
-    node_cluster.wait_for(lambda: node_cluster.json("get", "pod", name)["status"]["phase"] == "Failed",
-                          "the launcher pod to end", timeout=60)
-    compute = next(s for s in node_cluster.json("get", "pod", name)["status"]["containerStatuses"]
-                   if s["name"] == "compute")
-    assert compute["state"]["terminated"]["exitCode"] == 128 + signal.SIGKILL
-    node_cluster.wait_for_vmi("f-launcher-kill", "Failed", timeout=120)
-    failed = time.monotonic() - killed
-    print(f"\nch-launcher SIGKILLed -> VMM gone {vmm_gone:.2f} s, VMI Failed {failed:.1f} s")
-    assert CRASHED in events_of(node_cluster, vmi["metadata"]["uid"])
-    assert not set(node_cluster.containers_of(name)) & node_cluster.running_tasks()
-
-
 WEBHOOK_DOWN = ('Error from server (InternalError): error when creating "STDIN": Internal error occurred: failed '
                 'calling webhook "virtualmachineinstances.validator.kubevirt-ch.io": failed to call webhook: Post '
                 '"https://ch-admission.kubevirt-ch.svc:443/validate?timeout=5s": no endpoints available for service '
                 '"ch-admission"')
 
 
+ADMISSION = ("-n", "kubevirt-ch")
+ADMISSION_PODS = ("get", "pods", *ADMISSION, "-l", "app.kubernetes.io/name=ch-admission")
+
+
+def admission_endpoints(cluster: NodeCluster) -> set[str]:
+    """The pods the add-on's Service sends requests to: the ready endpoints of its EndpointSlices
+    (what the API server dials for the webhooks), by pod name."""
+    slices = cluster.json("get", "endpointslices", *ADMISSION, "-l", "kubernetes.io/service-name=ch-admission")
+    return {e.get("targetRef", {}).get("name", "") for s in slices["items"] for e in s.get("endpoints") or []
+            if e.get("conditions", {}).get("ready")}
+
+
+def admission_pods(cluster: NodeCluster) -> dict[str, dict[str, Any]]:
+    """The add-on's server pods, by name (terminating ones too)."""
+    return {p["metadata"]["name"]: p for p in cluster.json(*ADMISSION_PODS)["items"]}
+
+
+def serving(pod: dict[str, Any]) -> bool:
+    """Not being deleted, and ready (its readiness probe passed)."""
+    return not pod["metadata"].get("deletionTimestamp") and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+
+
+def wait_for_admission(cluster: NodeCluster, replicas: int, timeout: float = 180) -> None:
+    """Until the webhooks' callers see `replicas` pods of the add-on's server: that many pods,
+    none terminating, all ready and all behind the Service (0: no pod and no endpoint left)."""
+    def settled() -> bool:
+        pods = admission_pods(cluster)
+        ready = {name for name, pod in pods.items() if serving(pod)}
+        return len(pods) == len(ready) == replicas and admission_endpoints(cluster) == ready
+    cluster.wait_for(settled, f"{replicas} ready pods of the add-on's server behind its Service", timeout=timeout,
+                     every=0.5)
+
+
 def scale_admission(cluster: NodeCluster, replicas: int) -> None:
-    cluster.ok("-n", "kubevirt-ch", "scale", "deployment/ch-admission", f"--replicas={replicas}")
-    if replicas:
-        run = cluster.kubectl("-n", "kubevirt-ch", "rollout", "status", "deployment/ch-admission", "--timeout=180s",
-                              timeout=200)
-        assert run.rc == 0, run.out
-    else:
-        cluster.wait_for(lambda: not cluster.json("get", "pods", "-n", "kubevirt-ch", "-l",
-                                                  "app.kubernetes.io/name=ch-admission")["items"],
-                         "the add-on's pods to go", timeout=60)
+    """Scale the add-on's Deployment and wait for what the webhooks' callers see
+    (`wait_for_admission`: a rollout that Kubernetes reports done may not be in the Service's
+    endpoints yet, and pods that are gone may still be)."""
+    cluster.ok(*ADMISSION, "scale", "deployment/ch-admission", f"--replicas={replicas}")
+    wait_for_admission(cluster, replicas)
 
 
 def test_with_the_admission_server_down_annotated_vmis_are_refused_and_running_ones_carry_on(
@@ -263,43 +296,44 @@ def test_with_the_admission_server_down_annotated_vmis_are_refused_and_running_o
 
 
 def test_a_rollout_restart_of_the_admission_server_refuses_and_misses_nothing(node_cluster: NodeCluster):
-    """A bounded loop creates annotated VMIs, one after the other, while the Deployment replaces
-    both replicas (maxUnavailable 0, readiness probes): every create is admitted and every launcher
-    pod is mutated. The VMIs are pinned to a node that does not exist, so that they cost no CPU
-    while the new replicas start: the webhooks act at creation, not at scheduling."""
-    old = {p["metadata"]["name"] for p in node_cluster.json(
-        "get", "pods", "-n", "kubevirt-ch", "-l", "app.kubernetes.io/name=ch-admission")["items"]}
+    """A loop creates annotated VMIs, one after the other, while the Deployment replaces both
+    replicas (maxUnavailable 0, readiness probes), until the Service sends requests only to the
+    two new pods and no old pod is left: every create is admitted and every launcher pod is
+    mutated. The VMIs are pinned to a node that does not exist, so that they cost no CPU while the
+    new replicas start: the webhooks act at creation, not at scheduling. The rollout's end is read
+    from the pods and the Service's endpoints, not the Deployment's counters (under load the
+    Deployment reported two available while an old pod was not yet terminating)."""
+    old = set(admission_pods(node_cluster))
     created: list[str] = []
     refused: list[str] = []
     during = 0
+
+    def replaced() -> bool:
+        pods = admission_pods(node_cluster)
+        ready = {name for name, pod in pods.items() if serving(pod)}
+        return not set(pods) & old and len(ready) == len(pods) == 2 and admission_endpoints(node_cluster) == ready
     try:
-        node_cluster.ok("-n", "kubevirt-ch", "rollout", "restart", "deployment/ch-admission")
+        node_cluster.ok(*ADMISSION, "rollout", "restart", "deployment/ch-admission")
         start = time.monotonic()
-        while len(created) + len(refused) < 60:
+        while True:
             name = f"f-roll-{len(created) + len(refused)}"
             vmi = annotated_vmi(name)
             vmi["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "nowhere"}
             r = node_cluster.kubectl("create", "-f", "-", input=node_cluster.yaml(vmi))
             (created if r.rc == 0 else refused).append(name if r.rc == 0 else r.out)
-            deployment = node_cluster.json("get", "deployment", "ch-admission", "-n", "kubevirt-ch")
-            status = deployment["status"]
-            done = (status.get("updatedReplicas") == status.get("availableReplicas") == status.get("replicas") == 2
-                    and status["observedGeneration"] >= deployment["metadata"]["generation"])
-            if done:
+            if replaced():
                 break
             during += 1
+            assert time.monotonic() - start < 300 and len(created) + len(refused) < 200, \
+                f"the rollout did not end: {admission_pods(node_cluster).keys()}, {admission_endpoints(node_cluster)}"
         rollout = time.monotonic() - start
         assert refused == []
-        now = {p["metadata"]["name"] for p in node_cluster.json(
-            "get", "pods", "-n", "kubevirt-ch", "-l", "app.kubernetes.io/name=ch-admission")["items"]
-            if not p["metadata"].get("deletionTimestamp")}
-        assert len(now) == 2 and not now & old  # both replicas were replaced while the loop ran
 
         def pods_mutated() -> bool:
             pods = node_cluster.json("get", "pods", "-l", "kubevirt.io=virt-launcher")["items"]
             mine = {p["metadata"]["labels"].get("vmi.kubevirt.io/id"): p for p in pods}
             return all(n in mine for n in created)
-        node_cluster.wait_for(pods_mutated, "a launcher pod for every VMI", timeout=60)
+        node_cluster.wait_for(pods_mutated, "a launcher pod for every VMI", timeout=120)
         pods = node_cluster.json("get", "pods", "-l", "kubevirt.io=virt-launcher")["items"]
         images = {p["metadata"]["labels"].get("vmi.kubevirt.io/id"):
                   next(c["image"] for c in p["spec"]["containers"] if c["name"] == "compute") for p in pods}
@@ -313,8 +347,7 @@ def test_a_rollout_restart_of_the_admission_server_refuses_and_misses_nothing(no
     finally:
         if created:
             node_cluster.kubectl("delete", "vmi", *created, "--ignore-not-found", "--wait=false")
-        node_cluster.kubectl("-n", "kubevirt-ch", "rollout", "status", "deployment/ch-admission", "--timeout=180s",
-                             timeout=200)
+        wait_for_admission(node_cluster, 2, timeout=240)
 
 
 def rss(pid: int) -> int:
@@ -359,7 +392,8 @@ def test_a_guest_flooding_its_console_leaves_the_launchers_memory_flat_and_the_c
         flooding = console.wait_for("KCH-GUEST-FLOOD 0123", count=20, timeout=30)
         assert "KCH-GUEST-FLOOD-STOPPED" not in flooding
         console.type(b"~f")
-        console.wait_for("KCH-GUEST-FLOOD-STOPPED", timeout=30)
+        # the guest reads its input between two lines: under load (33) a line took seconds
+        console.wait_for("KCH-GUEST-FLOOD-STOPPED", timeout=90)
         elapsed = time.monotonic() - start
         console.type(b"~h")
         console.wait_for("KCH-GUEST-HELLO")

@@ -10,7 +10,6 @@ binary does on the host they run on; the simulation covers both outcomes (`FAKE_
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import socket
 import struct
@@ -23,50 +22,16 @@ import pytest
 
 from ch_launcher.ch.api import ChApiError, Conflict, InternalError, VmmUnavailable
 from tests.contract.harness import FAKE, Backend, Vmm
-from tests.contract.test_vcpu_threads import vcpu_threads
+from tests.contract.migration_support import Receive, host_snapshots_vcpus, no_backtrace_env
+from tests.contract.vcpu_support import vcpu_threads
 
 HEADER = struct.Struct("<H6sQ")
 START, CONFIG, STATE, MEMORY, COMPLETE, ABANDON = 1, 2, 3, 4, 5, 6
 MEMORY_SIZE = 64 << 20
 
 
-def host_snapshots_vcpus() -> bool:
-    """False on a PVM host, where KVM_GET_NESTED_STATE fails and no real migration completes."""
-    return not os.path.exists("/sys/module/kvm_pvm")
-
-
 def expect_complete(backend: Backend) -> bool:
     return not backend.real or host_snapshots_vcpus()
-
-
-def no_backtrace_env() -> dict[str, str]:
-    """The VMM's environment without RUST_BACKTRACE (see test_a_backtrace_...)."""
-    return {"RUST_BACKTRACE": "0", "RUST_LIB_BACKTRACE": "0"}
-
-
-class Receive:
-    """`vm.receive-migration` in a thread (it blocks the target's API until the end)."""
-
-    def __init__(self, vmm: Vmm, url: str, timeout: float = 60.0) -> None:
-        self.result: Any = None
-        self.done = threading.Event()
-
-        def run() -> None:
-            try:
-                vmm.client.receive_migration(url, timeout=timeout)
-                self.result = "ok"
-            except ChApiError as exc:
-                self.result = exc
-            self.done.set()
-
-        vmm.events.set_mark()
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
-        vmm.events.wait_for("vm:migration-receive-ready", timeout=10)
-
-    def wait(self, timeout: float = 60.0) -> Any:
-        assert self.done.wait(timeout), f"vm.receive-migration did not answer within {timeout} s"
-        return self.result
 
 
 class Gate:

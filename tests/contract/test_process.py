@@ -154,7 +154,7 @@ def assert_final_events(vmm: Vmm) -> None:
     writes events from a thread it does not join before process::exit (cloud-hypervisor
     vmm/src/lib.rs start_event_monitor_thread, cloud-hypervisor/src/main.rs@v53), so on a busy
     machine the last ones (even vm:booted) can be lost: what arrives is a prefix. A launcher must
-    not depend on them (it reads the exit status; see manager/supervision.py vmm_gone)."""
+    not depend on them (it reads the exit status; see manager/life.py VmmLife.gone)."""
     names = [n for n in vmm.events.names() if not n.startswith("virtio-device")]
     if vmm.backend.real:
         assert names == BOOTED_THEN_STOPPED[: len(names)], names

@@ -6,23 +6,10 @@ and CPU affinity (`ch_launcher.stats`; virt-handler's `kubevirt_vmi_vcpu_*` metr
 
 from __future__ import annotations
 
-import os
 import time
 
 from tests.contract.harness import Vmm
-
-
-def vcpu_threads(pid: int) -> list[str]:
-    names = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                comm = f.read().strip()
-        except OSError:
-            continue  # the thread ended meanwhile
-        if comm.startswith("vcpu"):
-            names.append(comm)
-    return sorted(names)
+from tests.contract.vcpu_support import vcpu_threads
 
 
 def wait_for_threads(vmm: Vmm, expected: list[str], timeout: float = 10.0) -> None:

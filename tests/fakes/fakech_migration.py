@@ -32,7 +32,11 @@ and from the real v53.0 binary on a PVM host (docs/migration.md §2).
   filter. The VM is lost. (A broken pipe does not.)
 - `FAKE_CH_MIGRATION_FAIL`: `snapshot` (the sender fails at the switch-over as on a PVM host:
   `GetNestedState(Invalid argument (os error 22))`), `config` or `restore` (the receiver answers
-  Error to `Config` / `State`: the migration is aborted on both sides).
+  Error to `Config` / `State`: the migration is aborted on both sides), `complete` (the receiver
+  takes the VM and answers Ok to `Complete`, but the sender's read of that answer fails: the
+  sender reports `vm:migration-failed` and resumes its VM, the error path of CH's
+  `send_migration` after the last request, which leaves the VM running on both sides unless the
+  launcher stops the source).
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from fakech_ram import GuestRam, RamFailed
 
 if TYPE_CHECKING:
     from fakech_vm import Vmm
@@ -280,6 +286,10 @@ class Migrations:
             state = json.dumps({"fake": True, "state": initial_state}).encode()
             self._request(sock, STATE, state, "Error during state migration")
             command = COMPLETE if initial_state == "Running" else COMPLETE_PAUSED
+            if self.fail == "complete":  # the target took the VM; this side never reads its Ok
+                _sendall(sock, HEADER.pack(command, b"".ljust(6, b"\0"), 0), "Error completing migration")
+                read_exact(sock, HEADER.size)
+                raise MigrationError(SEND, "Error completing migration", "Connection reset by peer (os error 104)")
             self._request(sock, command, b"", "Error completing migration")
         except MigrationError as exc:
             message = ": ".join(exc.chain)
@@ -555,7 +565,11 @@ class Migrations:
         if self.fail == "restore":
             return ["Failed to restore migratable component", "FAKE_CH_MIGRATION_FAIL=restore"]
         assert self.vmm.config is not None
-        vm = Vm(self.vmm.config)
+        try:
+            ram = GuestRam.for_config(self.vmm.config)
+        except RamFailed as exc:
+            return ["Memory manager error", exc.what, _io(exc.error)]
+        vm = Vm(self.vmm.config, ram)
         self.vmm.allocate_bdfs(vm)
         try:
             self.vmm.lock_disks(vm)

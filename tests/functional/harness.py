@@ -24,15 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from demo import (
-    FAKE_CH,
-    CmdClient,
-    LauncherLayout,
-    LauncherProcess,
-    NotifyRecorder,
-    container_disk_images,
-    fake_firmware,
-)
 from tests import real_vmm
 from tests.builders import (
     Option,
@@ -53,6 +44,15 @@ from tests.builders import (
     with_uid,
 )
 from tests.contract.harness import SIMULATED_GUEST_SIGNALS
+from tests.framework import (
+    FAKE_CH,
+    CmdClient,
+    LauncherLayout,
+    LauncherProcess,
+    NotifyRecorder,
+    container_disk_images,
+    fake_firmware,
+)
 from tests.guest.console import PCI_EJECT_IGNORED, POWER_BUTTON_IGNORED, READY, GuestConsole
 
 if TYPE_CHECKING:

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from ch_launcher._proto import kubevirt_cmd_v1_pb2 as cmd_pb2
-from demo import LauncherLayout, LauncherProcess
 from tests.builders import (
     Option,
     new_vmi,
@@ -45,6 +44,7 @@ from tests.builders import (
     with_phase,
     with_uid,
 )
+from tests.framework import LauncherLayout, LauncherProcess
 from tests.functional.harness import Harness, RealVmm
 from tests.functional.migration_controllers import MigrationObject, Reply, SourceController, is_migration_done
 from tests.functional.migration_proxy import ProxyManager
@@ -116,7 +116,7 @@ class PodHarness(Harness):
         launcher.layout = self.layout  # the test reads the pod's files where the host has them
         self.launcher = launcher.start()
         if wait_ready:
-            from demo import CmdClient
+            from tests.framework import CmdClient
 
             await self.launcher.wait_ready(15.0)
             self.client = CmdClient(self.layout.cmd_socket)

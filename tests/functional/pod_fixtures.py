@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from ch_launcher._proto import kubevirt_cmd_v1_pb2 as cmd_pb2
-from demo import FAKE_CH
 from tests import real_vmm as tests_real_vmm
+from tests.framework import FAKE_CH
 from tests.functional.harness import Harness, RealVmm
 from tests.functional.pod_probes import api, vm_info
 from tests.functional.pod_sandbox import PodSandbox, missing_requirements

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from admission.mutate import RECORD_ANNOTATION
-from admission.overhead import ch_overhead
+from admission.overhead import ch_overhead, plan_of
 from ch_launcher.kubevirt.quantity import MiB, quantity_bytes
 from ch_launcher.kubevirt.vmi import parse_vmi
 from tests.builders import with_namespace, with_uid
@@ -64,7 +64,7 @@ def test_a_launcher_pod_is_mutated_once_and_a_second_pass_changes_nothing(api, s
     c = compute(patched)
     assert c["image"] == IMAGE
     assert c["command"] == ["/usr/bin/ch-launcher", *compute(pod)["command"][1:]]
-    ours = ch_overhead(parse_vmi(vmi)).total
+    ours = ch_overhead(parse_vmi(vmi), plan_of(parse_vmi(vmi))).total
     assert quantity_bytes(c["resources"]["requests"]["memory"]) == 128 * MiB + ours
     assert quantity_bytes(c["resources"]["limits"]["memory"]) == 128 * MiB + ours
     assert patched["metadata"]["annotations"]["kubevirt.io/memory-overhead-bytes"] == str(ours)
@@ -89,7 +89,7 @@ def test_a_binding_plugins_declared_overhead_is_read_from_the_kubevirt_cr(api, s
     vmi["spec"]["networks"] = [{"name": "default", "pod": {}}]
     api.add_vmi(vmi)
     _, patched = mutate(https, server, b.launcher_pod(vmi))
-    expected = ch_overhead(parse_vmi(vmi), bindings={"managedtap": 20 * MiB}).total
+    expected = ch_overhead(parse_vmi(vmi), plan_of(parse_vmi(vmi)), bindings={"managedtap": 20 * MiB}).total
     assert patched["metadata"]["annotations"]["kubevirt.io/memory-overhead-bytes"] == str(expected)
 
 

@@ -11,18 +11,17 @@ a one-node guest NUMA layout (the multi-node mapping is checked in tests/unit/co
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import pathlib
-import tempfile
 
 import pytest
 
-from demo import FAKE_CH
 from tests.builders import with_cpu
+from tests.framework import FAKE_CH
 from tests.functional import kubevirt_runtime as vh
 from tests.functional.harness import Harness, RealVmm, make_vmi
 from tests.functional.pod_fixtures import real_vmm, real_vmm_reason, vmm_info
+from tests.hugepages import surplus_hugepages
 
 CPUS = sorted(os.sched_getaffinity(0))
 pytestmark = pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs: one for the vCPU, one for the emulator")
@@ -111,37 +110,7 @@ def test_in_a_non_root_pod_realtime_vcpus_stay_sched_other_and_the_launcher_says
         h.close()
 
 
-HUGEPAGES_LOCK = pathlib.Path(tempfile.gettempdir()) / "kubevirt-ch-tests-hugepages.lock"
-
-
-@contextlib.contextmanager
-def surplus_hugepages(pages: int):
-    """Let the kernel hand out up to `pages` 2 MiB pages on demand (nr_overcommit_hugepages), as a
-    node with hugepages for its pods has them; put the setting back afterwards (unless someone
-    changed it meanwhile); `pages` 0 changes nothing. Needs root. The setting is the machine's:
-    stories that change it run one at a time (an exclusive lock on HUGEPAGES_LOCK, also across
-    pytest-xdist workers and concurrent runs), else one would put it back under another that
-    still needs it."""
-    if pages == 0:
-        yield
-        return
-    path = pathlib.Path("/proc/sys/vm/nr_overcommit_hugepages")
-    with open(HUGEPAGES_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        before = int(path.read_text())
-        wanted = max(before, pages)
-        try:
-            path.write_text(str(wanted))
-        except OSError as e:
-            pytest.fail(f"cannot allow surplus hugepages ({e.strerror}): these stories need root")
-        try:
-            yield
-        finally:
-            with contextlib.suppress(OSError):
-                if int(path.read_text()) == wanted:
-                    path.write_text(str(before))
-
-
+@pytest.mark.timeout(600)  # the hugepage lock may be held by the cluster's dedicated node for minutes
 def test_numa_passthrough_gives_the_guest_the_hosts_node_with_hugepage_memory_bound_to_it(launch):
     vmi = dedicated_vmi(isolateEmulatorThread=False, numa={"guestMappingPassthrough": {}})
     vmi["spec"]["domain"]["memory"] = {"guest": "64Mi", "hugepages": {"pageSize": "2Mi"}}

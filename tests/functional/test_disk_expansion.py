@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from demo import FAKE_CH
 from tests.builders import with_disk, with_pvc, with_status
+from tests.framework import FAKE_CH
 from tests.functional.harness import Harness, make_vmi
 from tests.functional.pod_fixtures import PodVmm, real_binary, vm_config, vmm_info
 from tests.functional.pod_sandbox import PodSandbox

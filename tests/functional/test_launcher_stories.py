@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from demo import CmdClient
+from tests.framework import CmdClient
 from tests.functional.harness import make_vmi, wait_for_file
 from tests.functional.pod_probes import capabilities
 from tests.functional.story_fixtures import BOTH_VMMS
@@ -721,7 +721,7 @@ def test_the_dirty_rate_virt_handler_scrapes_is_measured_from_what_the_guest_wri
 @BOTH_VMMS
 def test_every_rpc_answers_within_its_deadline_and_failures_say_why(vh):
     from ch_launcher._proto import kubevirt_cmd_v1_pb2 as pb
-    from demo import DEADLINES
+    from tests.framework import DEADLINES
 
     async def story():
         await vh.boot()

@@ -20,13 +20,16 @@ import time
 
 import pytest
 
-from tests.contract.test_migration import host_snapshots_vcpus
+from tests.builders import with_masquerade
+from tests.contract.migration_support import host_snapshots_vcpus
 from tests.functional.harness import RealVmm
 from tests.functional.migration_controllers import domain_status
 from tests.functional.migration_handler import MigrationPair, migratable_vmi, migration_of
-from tests.functional.pod_fixtures import real_vmm_reason
+from tests.functional.pod_fixtures import real_vmm_reason, vmm_info
+from tests.functional.pod_probes import udhcpc
 from tests.functional.pod_sandbox import missing_requirements
 from tests.guest.console import GuestConsole
+from tests.polling import until
 
 pytestmark = pytest.mark.root
 
@@ -365,5 +368,52 @@ def test_a_failed_switch_over_resumes_the_vm_even_with_rust_backtrace_in_the_pod
         failed = await src.recorder.wait_for(lambda e: (migration_of(e) or {}).get("Failed"))
         assert failed.status == "Running"
         assert src.launcher.children(), "the VMM is alive"
+
+    pair.run(story())
+
+
+SOURCE_POD_MAC, TARGET_POD_MAC = "0a:58:0a:f4:01:05", "0a:58:0a:f4:02:07"
+
+
+@pytest.mark.parametrize("kind", ["simulated"], indirect=True)
+def test_a_vm_received_without_a_mac_keeps_the_sources_mac_and_its_lease_across_a_soft_reboot(
+        kind, pair_factory, tmp_path):
+    """A masquerade interface without `macAddress` takes its pod link's MAC, which differs between
+    the two pods. After the migration the guest keeps the source's MAC (the configuration it was
+    sent), and the target's DHCP server answers that one; a soft reboot there makes a fresh VM
+    from the target's plan, whose NIC must still carry it, or the guest gets no lease."""
+    pair = pair_factory(vmi=migratable_vmi(with_masquerade()))
+    src, tgt = pair.source, pair.target
+    assert src.pod is not None and tgt.pod is not None
+    src.pod.masquerade(mac=SOURCE_POD_MAC)
+    tgt.pod.masquerade(mac=TARGET_POD_MAC)
+
+    async def story():
+        await src.boot()
+        moved_mac = [n["mac"] for n in vmm_info(src)["config"]["net"]]
+        assert moved_mac == [SOURCE_POD_MAC]
+        ports = await pair.prepare_target()
+        assert (await pair.migrate(ports)).success
+        await pair.play_source(lambda: domain_status(pair.source_domain()) == ("Shutoff", "Migrated"), timeout=60)
+        await tgt.recorder.wait_for(lambda e: e.status == "Running" and (migration_of(e) or {}).get("EndTimestamp"),
+                                    timeout=30)
+        assert [n["mac"] for n in vmm_info(tgt)["config"]["net"]] == moved_mac
+        received_vmm = tgt.vmm_pid()
+        await pair.target_command("SoftRebootVirtualMachine")
+
+        def rebooted() -> bool:  # a fresh VMM runs the VM again
+            assert tgt.launcher is not None
+            if tgt.launcher.children() in ([], [received_vmm]):
+                return False
+            try:
+                return vmm_info(tgt)["state"] == "Running"
+            except (OSError, RuntimeError):  # not answering yet, or no VM created yet
+                return False
+
+        await until(rebooted, 30, 0.05)
+        assert [n["mac"] for n in vmm_info(tgt)["config"]["net"]] == moved_mac, "the fresh VM's NIC (vm.create)"
+        lease = await asyncio.to_thread(udhcpc, tgt.pod.guest_port("k6t-eth0", moved_mac[0]), tmp_path)
+        assert lease is not None, f"no lease for the guest's MAC after the soft reboot\n{tgt.log_text()}"
+        assert lease["ip"] == "10.0.2.2"
 
     pair.run(story())

@@ -123,7 +123,7 @@ def notifier(path: str, **kw: Any) -> Notifier:
 @run
 async def test_event_is_delivered_once_the_socket_appears(sock: str) -> None:
     n = notifier(sock)
-    await n.send_domain(dom(1))
+    n.send_domain(dom(1))
     assert await n.flush(0.3) is False  # no virt-handler yet: still queued
     assert await first_failure(n)
     assert n.pending == 1
@@ -142,10 +142,10 @@ async def test_virt_handler_restart_mid_stream_loses_no_latest_state(sock: str) 
     first = await FakeVirtHandler(sock).start()
     n = notifier(sock)
     try:
-        await n.send_domain(dom(1))
+        n.send_domain(dom(1))
         assert await n.flush(10)
         await first.stop()
-        await n.send_domain(dom(2))
+        n.send_domain(dom(2))
         await first_failure(n)  # it tried while virt-handler was away
         second = await FakeVirtHandler(sock).start()
         try:
@@ -165,7 +165,7 @@ async def test_in_band_refusal_is_retried_until_accepted(sock: str) -> None:
     server = await FakeVirtHandler(sock, refuse_domain=2).start()
     n = notifier(sock)
     try:
-        await n.send_domain(dom(1))
+        n.send_domain(dom(1))
         assert await n.flush(10)
         assert statuses(server) == [("MODIFIED", "S1")]
         assert server.domain_calls == 3
@@ -178,7 +178,7 @@ async def test_in_band_refusal_is_retried_until_accepted(sock: str) -> None:
 async def test_pending_modified_events_coalesce_to_the_latest(sock: str) -> None:
     n = notifier(sock)
     for i in range(1, 6):
-        await n.send_domain(dom(i))
+        n.send_domain(dom(i))
     assert n.pending == 1
     server = await FakeVirtHandler(sock).start()
     try:
@@ -192,11 +192,11 @@ async def test_pending_modified_events_coalesce_to_the_latest(sock: str) -> None
 @run
 async def test_added_is_never_coalesced_away(sock: str) -> None:
     n = notifier(sock)
-    await n.send_domain(dom(1), "ADDED")
-    await n.send_domain(dom(2))
-    await n.send_domain(dom(3))
-    await n.send_domain(dom(4), "ADDED")
-    await n.send_domain(dom(5), "ADDED")
+    n.send_domain(dom(1), "ADDED")
+    n.send_domain(dom(2))
+    n.send_domain(dom(3))
+    n.send_domain(dom(4), "ADDED")
+    n.send_domain(dom(5), "ADDED")
     server = await FakeVirtHandler(sock).start()
     try:
         assert await n.flush(10)
@@ -212,12 +212,12 @@ async def test_final_event_is_delivered_and_many_events_share_one_negotiation(so
     n = notifier(sock)
     try:
         for i in range(50):
-            await n.send_domain(dom(i))
+            n.send_domain(dom(i))
             if i % 7 == 0:
                 await asyncio.sleep(0)
         deleted = json.dumps({"ObjectMeta": {"deletionTimestamp": "2026-08-22T10:00:00Z"},
                               "Status": {"Status": "NoState"}})
-        await n.send_domain(deleted)
+        n.send_domain(deleted)
         assert await n.flush(10)
         assert server.domain_events[-1][1]["ObjectMeta"]["deletionTimestamp"] == "2026-08-22T10:00:00Z"
         order = [d["Status"]["Status"] for _, d in server.domain_events[:-1]]
@@ -233,7 +233,7 @@ async def test_no_common_version_is_an_error_and_nothing_is_delivered(sock: str)
     server = await FakeVirtHandler(sock, versions=(2, 3)).start()
     n = notifier(sock)
     try:
-        await n.send_domain(dom(1))
+        n.send_domain(dom(1))
         assert await first_failure(n) == "no compatible version found, server: [2, 3], client: [1]"
         assert await n.flush(0.3) is False
         assert server.domain_calls == 0
@@ -253,7 +253,7 @@ async def test_k8s_event_reaches_virt_handler_about_the_vmi(sock: str) -> None:
     server = await FakeVirtHandler(sock, known_vmis={("ns", "vm", "uid-1")}).start()
     n = notifier(sock)
     try:
-        await n.send_k8s_event(type="Warning", reason="VMMCrashed", message="cloud-hypervisor exited",
+        n.send_k8s_event(type="Warning", reason="VMMCrashed", message="cloud-hypervisor exited",
                                namespace="ns", name="vm", uid="uid-1")
         assert await n.flush(10)
         (event,) = server.k8s_events
@@ -272,9 +272,9 @@ async def test_vmi_not_found_is_logged_and_dropped_without_blocking_domain_event
     server = await FakeVirtHandler(sock).start()  # knows no VMI
     n = notifier(sock)
     try:
-        await n.send_k8s_event(type="Warning", reason="BootFailed", message="m", namespace="ns", name="vm",
+        n.send_k8s_event(type="Warning", reason="BootFailed", message="m", namespace="ns", name="vm",
                                uid="uid-1")
-        await n.send_domain(dom(1))
+        n.send_domain(dom(1))
         assert await n.flush(10)
         assert server.k8s_calls == K8S_MAX_REFUSALS and server.k8s_events == []
         assert statuses(server) == [("MODIFIED", "S1")]
@@ -288,11 +288,11 @@ async def test_vmi_not_found_is_logged_and_dropped_without_blocking_domain_event
 async def test_bad_arguments_are_refused_clearly(sock: str) -> None:
     n = notifier(sock)
     with pytest.raises(ValueError, match="event type must be one of"):
-        await n.send_domain(dom(1), "UPDATED")
+        n.send_domain(dom(1), "UPDATED")
     with pytest.raises(ValueError, match="Normal"):
-        await n.send_k8s_event(type="Error", reason="r", message="m", namespace="ns", name="vm", uid="u")
+        n.send_k8s_event(type="Error", reason="r", message="m", namespace="ns", name="vm", uid="u")
     with pytest.raises(ValueError, match="namespace, name and uid"):
-        await n.send_k8s_event(type="Normal", reason="r", message="m", namespace="ns", name="vm", uid="")
+        n.send_k8s_event(type="Normal", reason="r", message="m", namespace="ns", name="vm", uid="")
     assert n.pending == 0
     await n.close()
 
@@ -300,13 +300,13 @@ async def test_bad_arguments_are_refused_clearly(sock: str) -> None:
 @run
 async def test_close_returns_promptly_with_undelivered_events(sock: str) -> None:
     n = notifier(sock, retry_max=5.0)
-    await n.send_domain(dom(1))
+    n.send_domain(dom(1))
     await first_failure(n)  # the sender is retrying
     loop = asyncio.get_running_loop()
     start = loop.time()
     await n.close()
     assert loop.time() - start < 2
-    await n.send_domain(dom(2))  # after close: dropped with a warning, no error
+    n.send_domain(dom(2))  # after close: dropped with a warning, no error
     assert n.pending == 1
 
 
@@ -315,7 +315,7 @@ async def test_idle_notifier_makes_no_calls(sock: str) -> None:
     server = await FakeVirtHandler(sock).start()
     n = notifier(sock)
     try:
-        await n.send_domain(dom(1))
+        n.send_domain(dom(1))
         assert await n.flush(10)
         calls = (server.info_calls, server.domain_calls)
         await asyncio.sleep(0.5)  # nothing queued: the sender waits on an event, no polling
@@ -330,7 +330,7 @@ async def test_error_events_carry_the_status_json(sock: str) -> None:
     server = await FakeVirtHandler(sock).start()
     n = notifier(sock)
     try:
-        await n.send_domain('{"kind":"Status","message":"boom"}', "ERROR")
+        n.send_domain('{"kind":"Status","message":"boom"}', "ERROR")
         assert await n.flush(10)
         assert server.raw_domain_requests == [("ERROR", b"", b'{"kind":"Status","message":"boom"}')]
     finally:
@@ -352,7 +352,7 @@ async def test_connect_early_negotiates_before_any_event_and_the_first_event_use
         await until(lambda: n.connected)
         assert (server.info_calls, server.domain_calls) == (1, 0)
         n.connect_early()  # connected already: nothing more
-        await n.send_domain(dom(1), "ADDED")
+        n.send_domain(dom(1), "ADDED")
         assert await n.flush(10)
         assert server.info_calls == 1 and statuses(server) == [("ADDED", "S1")]
     finally:
@@ -391,7 +391,7 @@ async def test_connect_early_gives_up_after_its_window_without_a_warning(sock: s
         assert n.warm_up_attempts == attempts
         server = await FakeVirtHandler(sock).start()
         try:
-            await n.send_domain(dom(1))
+            n.send_domain(dom(1))
             assert await n.flush(10)
             assert statuses(server) == [("MODIFIED", "S1")]
         finally:

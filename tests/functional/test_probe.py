@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from ch_launcher.server import NOT_SERVED
-from demo import FAKE_CH
 from tests.conftest import KUBEVIRT_EXAMPLES
+from tests.framework import FAKE_CH
 from tests.functional.pod_fixtures import real_binary, real_vmm_reason
 from tests.functional.pod_probes import hashed_pod_interface
 from tests.functional.pod_sandbox import PodSandbox, missing_requirements

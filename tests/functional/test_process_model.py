@@ -13,53 +13,37 @@ Stories on the simulated VMM, with virt-handler's lookups as `kubevirt_runtime` 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
-import resource
 import signal
-import time
 
 import pytest
 
-from demo import FAKE_CH, CommandError
 from tests.builders import with_memory, with_memory_request
+from tests.framework import FAKE_CH, CommandError
 from tests.functional import kubevirt_runtime as vh
 from tests.functional.harness import Harness, make_vmi
+from tests.functional.host_support import GUEST, HARD, SOFT, START_SOFT, UNLIMITED, soft_memlock, wait_for
 from tests.functional.pod_fixtures import real_vmm
 from tests.functional.pod_probes import api
 
 POD_UID = 107
-UNLIMITED = vh.can_raise_memlock_to_unlimited()
-_SOFT, HARD = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-# Where virt-handler's raise to unlimited is not permitted (no CAP_SYS_RESOURCE here), the
-# launcher starts with a soft limit below the hard one and the raise goes to the hard limit: the
-# VM then locks at most that much.
-GUEST = 128 << 20 if UNLIMITED else HARD
-START_SOFT = 64 << 10
 
 
 def memlock_vmi() -> dict:
     return make_vmi(with_memory(str(GUEST), reservedOverhead={"memLock": "Required"}), with_memory_request(str(GUEST)))
 
 
-async def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not within {timeout} s")
-        await asyncio.sleep(0.02)
-
-
 def _vmm(h: Harness) -> int | None:
+    """The VMM under the launcher's parent, once it runs its own program: the simulated VMM is a
+    script (`#!/usr/bin/env python3`), whose process is `env` for a moment under the alias's name."""
     _pid, ppid = vh.socket_owner(str(h.layout.cmd_socket))
     try:
-        return vh.find_qemu(ppid)
-    except LookupError:
+        pid = vh.find_qemu(ppid)
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            program = f.read().split(b"\0")[0]
+    except (LookupError, OSError):
         return None
+    return None if os.path.basename(program) == b"env" else pid
 
 
 @pytest.fixture
@@ -80,20 +64,6 @@ def harness():
     yield make
     for h in made:
         h.close()
-
-
-@contextlib.contextmanager
-def soft_memlock(limit: int | None):
-    """Start what starts inside with a lower soft memlock limit (the hard one stays)."""
-    if limit is None:
-        yield
-        return
-    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    resource.setrlimit(resource.RLIMIT_MEMLOCK, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_MEMLOCK, (soft, hard))
 
 
 def test_virt_handler_finds_the_launcher_its_virtqemud_and_the_vmm_where_it_looks(harness, pod, vmm_kind):
@@ -160,7 +130,7 @@ def test_without_the_raise_a_vmi_that_locks_memory_fails_its_sync_and_nothing_is
         with pytest.raises(CommandError) as e:
             await h.client.sync(h.vmi)
         message = str(e.value)
-        assert f"may lock {_SOFT if UNLIMITED else START_SOFT} bytes" in message
+        assert f"may lock {SOFT if UNLIMITED else START_SOFT} bytes" in message
         assert f"needs {GUEST} bytes of guest memory locked at boot" in message
         assert "virtqemud child before the first Sync" in message
         assert (await h.client.get_domain()) is None

@@ -11,41 +11,24 @@ the host lacks VFIO altogether, after which the launcher leaves no VM behind.
 
 from __future__ import annotations
 
-import os
 import resource
 
 import pytest
 
-from demo import FAKE_CH, CommandError
 from tests.builders import with_devices, with_memory, with_memory_request
+from tests.framework import FAKE_CH, CommandError
 from tests.functional import kubevirt_runtime as vh
 from tests.functional.harness import Harness, make_vmi
+from tests.functional.host_support import BDF, GUEST, RESOURCE, START_SOFT, UNLIMITED, host_tree, soft_memlock, wait_for
 from tests.functional.pod_fixtures import real_vmm
 from tests.functional.pod_probes import api
-from tests.functional.test_process_model import GUEST, START_SOFT, UNLIMITED, soft_memlock, wait_for
 
-BDF = "0000:65:00.0"
-RESOURCE = "nvidia.com/GP102GL_Tesla_P40"
 ENV = {"PCI_RESOURCE_NVIDIA_COM_GP102GL_TESLA_P40": BDF}
 
 
 def gpu_vmi() -> dict:
     return make_vmi(with_devices(gpus=[{"name": "gpu1", "deviceName": RESOURCE}]),
                     with_memory(str(GUEST)), with_memory_request(str(GUEST)))
-
-
-def host_tree(root, *, bound: bool = True) -> str:
-    """A host as sysfs and the device plugin's /dev/vfio show a GPU bound to vfio-pci."""
-    device = root / "sys/bus/pci/devices" / BDF
-    device.mkdir(parents=True)
-    (root / "sys/bus/pci/drivers/vfio-pci").mkdir(parents=True)
-    (root / "sys/kernel/iommu_groups/42").mkdir(parents=True)
-    os.symlink("../../../bus/pci/drivers/vfio-pci" if bound else "../../../bus/pci/drivers/nvidia", device / "driver")
-    os.symlink("../../../../kernel/iommu_groups/42", device / "iommu_group")
-    (root / "dev/vfio").mkdir(parents=True)
-    for node in ("42", "vfio"):
-        (root / "dev/vfio" / node).touch()
-    return str(root)
 
 
 @pytest.fixture

@@ -6,58 +6,21 @@ import asyncio
 import gc
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from ch_launcher.kubevirt.vmi import parse_vmi
 from ch_launcher.lifecycle import Intent, VmState
-from ch_launcher.manager import CommandFailed, DomainManager, ManagerSettings, read_pod_facts
-from demo import FAKE_CH, LauncherLayout, container_disk_images, fake_firmware
+from ch_launcher.manager import CommandFailed, read_pod_facts
+from tests.framework.managers import manager_for
 from tests.functional.harness import make_vmi
 from tests.polling import until
 
 
-class RecordingSink:
-    def __init__(self):
-        self.domains: list[tuple[dict, str]] = []
-        self.k8s: list[dict] = []
-
-    async def send_domain(self, domain_json, event_type="MODIFIED"):
-        self.domains.append((json.loads(domain_json), event_type))
-
-    async def send_k8s_event(self, **event):
-        self.k8s.append(event)
-
-    async def flush(self, timeout):
-        return True
-
-
-@pytest.fixture
-def layout():
-    root = Path(tempfile.mkdtemp(prefix="kcm", dir="/tmp"))
-    yield LauncherLayout(root).create()
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def _manager(layout, vmi, **overrides):
-    fake_firmware(layout)
-    container_disk_images(vmi, layout, size=1 << 20)
-    env = {**os.environ, **overrides.pop("vmm_env", {})}
-    settings = ManagerSettings(private_dir=str(layout.private_dir), share_dir=str(layout.share_dir),
-                               ephemeral_disk_dir=str(layout.ephemeral_disk_dir),
-                               container_disk_dir=str(layout.container_disk_dir),
-                               hotplug_disk_dir=str(layout.hotplug_disk_dir), firmware_dir=str(layout.firmware_dir),
-                               ch_binary=str(FAKE_CH), vmm_env=env, **overrides)
-    sink = RecordingSink()
-    return DomainManager(settings, sink), sink
-
-
 def test_a_boot_longer_than_the_budget_answers_and_its_failure_comes_with_the_next_sync(layout):
     raw = make_vmi()
-    manager, sink = _manager(layout, raw, boot_timeout=1.5, stop_timeout=0.5,
+    manager, sink = manager_for(layout, raw, boot_timeout=1.5, stop_timeout=0.5,
                              vmm_env={"FAKE_CH_HANG_ENDPOINT": "vm.boot"})
     vmi = parse_vmi(raw)
 
@@ -90,7 +53,7 @@ def test_a_sync_whose_caller_hung_up_keeps_its_failure_for_the_next_sync(layout)
     # virt-handler hanging up mid-call cancels the RPC's handler: the boot goes on, and its
     # failure comes with the next Sync, as for a boot that outlived its budget (not a second boot).
     raw = make_vmi()
-    manager, sink = _manager(layout, raw, boot_timeout=1.5, stop_timeout=0.5, vmm_env={
+    manager, sink = manager_for(layout, raw, boot_timeout=1.5, stop_timeout=0.5, vmm_env={
         "FAKE_CH_HANG_ENDPOINT": "vm.boot", "FAKE_CH_REQUEST_LOG": str(layout.root / "requests.jsonl")})
     vmi = parse_vmi(raw)
 
@@ -114,7 +77,7 @@ def test_a_sync_whose_caller_hung_up_keeps_its_failure_for_the_next_sync(layout)
 
 def test_commands_wait_for_each_other_and_never_interleave(layout):
     raw = make_vmi()
-    manager, sink = _manager(layout, raw)
+    manager, sink = manager_for(layout, raw)
     vmi = parse_vmi(raw)
 
     async def story():
@@ -137,7 +100,7 @@ def test_commands_wait_for_each_other_and_never_interleave(layout):
 
 def test_close_leaves_no_vmm_behind(layout):
     raw = make_vmi()
-    manager, _ = _manager(layout, raw)
+    manager, _ = manager_for(layout, raw)
 
     async def story():
         await manager.start()
@@ -154,7 +117,7 @@ def test_close_leaves_no_vmm_behind(layout):
 def test_a_vmi_without_identity_takes_the_launchers_flags(layout):
     raw = make_vmi()
     raw["metadata"] = {"name": "", "namespace": ""}
-    manager, _sink = _manager(layout, make_vmi(), name="fromflags", namespace="ns1", uid="uid-1")
+    manager, _sink = manager_for(layout, make_vmi(), name="fromflags", namespace="ns1", uid="uid-1")
 
     async def story():
         await manager.start()
@@ -232,12 +195,12 @@ def test_memory_is_released_only_once_virt_handler_has_heard_of_the_boot(layout,
     happened: list[str] = []
     monkeypatch.setattr(steps, "release_memory", lambda: happened.append("memory released"))
     raw = make_vmi()
-    manager, sink = _manager(layout, raw)
+    manager, sink = manager_for(layout, raw)
     send_domain = sink.send_domain
 
-    async def recording_send_domain(domain_json, event_type="MODIFIED"):
+    def recording_send_domain(domain_json, event_type="MODIFIED"):
         happened.append(f"{event_type} {json.loads(domain_json)['Status']['Status']}")
-        await send_domain(domain_json, event_type)
+        send_domain(domain_json, event_type)
 
     sink.send_domain = recording_send_domain
 
@@ -257,7 +220,7 @@ def test_a_vmm_that_does_not_answer_vm_create_is_replaced_by_the_next_sync(layou
     # As after a vm.boot without an answer: the stalled VMM is stopped, so the next Sync asks a
     # fresh one (it asked the same stalled VMM again, for ever).
     raw = make_vmi()
-    manager, sink = _manager(layout, raw, api_timeout=0.5, stop_timeout=0.5,
+    manager, sink = manager_for(layout, raw, api_timeout=0.5, stop_timeout=0.5,
                              vmm_env={"FAKE_CH_HANG_ENDPOINT": "vm.create"})
     vmi = parse_vmi(raw)
 

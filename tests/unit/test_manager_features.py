@@ -31,6 +31,17 @@ def test_a_feature_is_imported_when_first_read_and_alone():
     assert loaded.isdisjoint(m for n, m in features._MODULES.items() if n != "tpm")
 
 
+def test_the_manager_defers_imports_only_through_features():
+    """One lazy-import style: a module the launcher loads at start imports nothing inside its
+    functions (it reads `features`); the modules imported on first use import at their top."""
+    package = pathlib.Path(features.__file__).parent
+    inline = sorted(f"{path.name}:{node.lineno}" for path in package.glob("*.py") if path.name != "features.py"
+                    for function in ast.walk(ast.parse(path.read_text()))
+                    if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    for node in ast.walk(function) if isinstance(node, (ast.Import, ast.ImportFrom)))
+    assert inline == []
+
+
 def test_an_unknown_feature_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'hypervisor'"):
         features.hypervisor  # noqa: B018
@@ -42,5 +53,7 @@ def test_the_import_graph_names_every_feature_module():
     for node in ast.walk(ast.parse(FEATURES_SOURCE)):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ch_launcher"):
             named |= {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            named |= {a.name for a in node.names if a.name != "importlib"}
     assert named == set(features._MODULES.values())
     assert set(features.__all__) == set(features._MODULES)

@@ -6,45 +6,24 @@ tests/functional/test_migration_stories.py; these check what the manager keeps a
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
-import shutil
-import tempfile
 import uuid
-from pathlib import Path
 
 import pytest
 
 import ch_launcher.convert
 from ch_launcher.kubevirt.vmi import parse_vmi
 from ch_launcher.lifecycle import Intent, VmState
-from ch_launcher.manager import DomainManager
 from ch_launcher.manager.settings import CommandFailed
-from demo import LauncherLayout
 from tests.builders import with_devices
+from tests.framework.managers import manager_for, manager_pair
 from tests.functional.migration_handler import DEFAULT_OPTIONS, migratable_vmi, migrating
-from tests.unit.test_manager import _manager
-
-
-@pytest.fixture
-def layouts():
-    roots = [Path(tempfile.mkdtemp(prefix="kcm", dir="/tmp")) for _ in range(2)]
-    yield [LauncherLayout(root).create() for root in roots]
-    for root in roots:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _vmi():
     """A migratable VMI without a serial console: both VMMs share one filesystem here, where the
     target's would have to bind the console socket the source's still holds."""
     return migratable_vmi(with_devices(autoattachSerialConsole=False))
-
-
-def _pair(layouts, raw):
-    source, source_sink = _manager(layouts[0], raw)
-    target, target_sink = _manager(layouts[1], raw)
-    shared = dataclasses.replace(target.settings, share_dir=source.settings.share_dir)
-    return source, DomainManager(shared, target_sink), source_sink, target_sink
 
 
 def _domain(manager):
@@ -54,7 +33,7 @@ def _domain(manager):
 def _after_a_migration(layouts, then):
     """Boot on the source, migrate to the target, then `await then(target, vmi)`."""
     raw = _vmi()
-    source, target, _, _ = _pair(layouts, raw)
+    source, target, _, _ = manager_pair(layouts, raw)
     vmi = parse_vmi(migrating(raw, str(uuid.uuid4())))
 
     async def story():
@@ -108,7 +87,7 @@ def test_a_migrate_call_without_a_migration_uid_is_refused_in_band_and_nothing_i
     # virt-handler reads the Domain's migration result only under the VMI's migration UID: a
     # result published under "" is never read, and virt-handler calls Migrate for ever.
     raw = _vmi()
-    source, sink = _manager(layouts[0], raw)
+    source, sink = manager_for(layouts[0], raw)
     vmi = migrating(raw, "unused")
     vmi["status"]["migrationState"] = state
 

@@ -12,8 +12,8 @@ from ch_launcher.kubevirt.vmi import parse_vmi
 from ch_launcher.lifecycle import VmState
 from ch_launcher.manager.record import DomainRecord
 from ch_launcher.manager.vmm import VmmSession
+from tests.framework.managers import RecordingSink
 from tests.unit.convert.vmibuild import vmi as make_vmi
-from tests.unit.test_manager import RecordingSink
 
 
 def _record():
@@ -31,7 +31,6 @@ def _sent(sink):
 def test_each_change_is_sent_once_in_order_and_the_last_withdraws_the_domain():
     async def story():
         record, sink, vmi = _record()
-        record.start()
         record.refresh(vmi)  # no state yet: nothing to show
         record.set_state(VmState.RUNNING, force=True)
         record.user_paused = True
@@ -46,7 +45,6 @@ def test_each_change_is_sent_once_in_order_and_the_last_withdraws_the_domain():
         assert final["ObjectMeta"]["deletionTimestamp"] and final["Status"]["Reason"] == "NonExistent"
         assert len(sink.domains) == 4 and record.domain_json == "" and record.forgotten.is_set()
         assert (record.state, record.down, record.user_paused) == (VmState.UNDEFINED, None, False)
-        await record.close()
 
     asyncio.run(story())
 
@@ -54,7 +52,6 @@ def test_each_change_is_sent_once_in_order_and_the_last_withdraws_the_domain():
 def test_a_state_set_quietly_is_not_sent_and_the_down_reason_goes_with_down():
     async def story():
         record, sink, vmi = _record()
-        record.start()
         record.refresh(vmi)
         record.set_state(VmState.DOWN, down=Reason.CRASHED)
         record.set_state(VmState.RUNNING)
@@ -63,7 +60,6 @@ def test_a_state_set_quietly_is_not_sent_and_the_down_reason_goes_with_down():
         assert await record.flush(5)
         assert _sent(sink) == [("ADDED", "Shutoff", "Crashed"), ("MODIFIED", "Running", "Unknown")]
         assert json.loads(record.domain_json)["Status"]["Status"] == "Running", "nothing rebuilt either"
-        await record.close()
 
     asyncio.run(story())
 

@@ -15,11 +15,8 @@ from ch_launcher.ch.api import CloudHypervisorClient, VmmUnavailable
 from ch_launcher.kubevirt.vmi import parse_vmi
 from ch_launcher.lifecycle import Intent, VmState
 from ch_launcher.manager import CommandFailed
+from tests.framework.managers import manager_for
 from tests.functional.harness import make_vmi
-from tests.unit import test_manager
-from tests.unit.test_manager import _manager
-
-layout = test_manager.layout  # test_manager's fixture, for the tests' `layout` argument
 
 
 def _statuses(sink):
@@ -45,7 +42,7 @@ def _run(manager, story):
 
 def test_a_pause_whose_answer_came_too_late_but_took_effect_is_the_users_pause(layout):
     raw = make_vmi()
-    manager, sink = _manager(layout, raw, api_timeout=2.0, vmm_env={
+    manager, sink = manager_for(layout, raw, api_timeout=2.0, vmm_env={
         "FAKE_CH_SLOW_ENDPOINT": "vm.pause=3", "FAKE_CH_REQUEST_LOG": str(layout.root / "requests.jsonl")})
     vmi = parse_vmi(raw)
 
@@ -65,7 +62,7 @@ def test_a_pause_that_cannot_be_confirmed_fails_but_stays_the_users_if_it_happen
     # fails, yet the user's intent is kept, so when the next Sync finds the VM paused it is the
     # user's pause (Paused/User) and is not resumed.
     raw = make_vmi()
-    manager, sink = _manager(layout, raw, api_timeout=2.0, vmm_env={
+    manager, sink = manager_for(layout, raw, api_timeout=2.0, vmm_env={
         "FAKE_CH_SLOW_ENDPOINT": "vm.pause=6", "FAKE_CH_DROP_EVENTS": "vm:paused",
         "FAKE_CH_REQUEST_LOG": str(layout.root / "requests.jsonl")})
     vmi = parse_vmi(raw)
@@ -89,7 +86,7 @@ def test_a_lost_event_is_corrected_by_the_next_sync(layout):
     # next Sync reads vm.info, announces the pause, and, as virt-launcher does for a pause that
     # is not the user's, resumes the VM.
     raw = make_vmi()
-    manager, sink = _manager(layout, raw, vmm_env={
+    manager, sink = manager_for(layout, raw, vmm_env={
         "FAKE_CH_DROP_EVENTS": "vm:paused", "FAKE_CH_REQUEST_LOG": str(layout.root / "requests.jsonl")})
     vmi = parse_vmi(raw)
 
@@ -109,7 +106,7 @@ def test_a_lost_event_is_corrected_by_the_next_sync(layout):
 
 def test_a_resume_behind_the_launchers_back_ends_the_users_pause_in_the_domain(layout):
     raw = make_vmi()
-    manager, sink = _manager(layout, raw, vmm_env={"FAKE_CH_DROP_EVENTS": "vm:resumed"})
+    manager, sink = manager_for(layout, raw, vmm_env={"FAKE_CH_DROP_EVENTS": "vm:resumed"})
     vmi = parse_vmi(raw)
 
     async def story():
@@ -129,7 +126,7 @@ def test_a_shutdown_repeated_while_the_vmm_exits_after_the_guests_poweroff_succe
     # answers "API request send error: sending on a closed channel" for a moment. Here its
     # vm:shutdown is late (lost), so the launcher still thinks the VM runs and presses again.
     raw = make_vmi()
-    manager, sink = _manager(layout, raw, vmm_env={
+    manager, sink = manager_for(layout, raw, vmm_env={
         "FAKE_CH_ACPI_DELAY": "0", "FAKE_CH_EXIT_LINGER": "2", "FAKE_CH_DROP_EVENTS": "vm:shutdown"})
     vmi = parse_vmi(raw)
 
@@ -155,7 +152,7 @@ def test_events_that_arrive_after_the_answers_do_not_take_the_state_back(layout,
     # The real VMM writes its events from a thread of its own: vm:paused may come after the
     # vm.resume that followed has returned. The Domain goes Paused/User, Running, and stays so.
     raw = make_vmi()
-    manager, sink = _manager(layout, raw, vmm_env={"FAKE_CH_EVENT_DELAY": "0.3"})
+    manager, sink = manager_for(layout, raw, vmm_env={"FAKE_CH_EVENT_DELAY": "0.3"})
     vmi = parse_vmi(raw)
 
     async def story():
@@ -177,7 +174,7 @@ def test_the_late_event_of_a_start_paused_boots_pause_does_not_pause_the_vm_agai
     # startStrategy Paused: the launcher pauses right after vm.boot. Its vm:paused, written by
     # the VMM's own thread, may come after the user's unpause has already run the VM.
     raw = make_vmi(startStrategy="Paused")
-    manager, sink = _manager(layout, raw, vmm_env={"FAKE_CH_EVENT_DELAY": "0.3"})
+    manager, sink = manager_for(layout, raw, vmm_env={"FAKE_CH_EVENT_DELAY": "0.3"})
     vmi = parse_vmi(raw)
 
     async def story():
@@ -199,7 +196,7 @@ def test_a_soft_reboot_whose_vm_shutdown_event_was_lost_still_boots_the_guest_ag
     # written `vm:shutdown` (seen under load: the guest powered off and the VM stayed down). Its
     # exit code 0 says the guest shut down cleanly, so the soft reboot goes on.
     raw = make_vmi()
-    manager, sink = _manager(layout, raw, vmm_env={
+    manager, sink = manager_for(layout, raw, vmm_env={
         "FAKE_CH_ACPI_DELAY": "0", "FAKE_CH_DROP_EVENTS": "vm:shutdown",
         "FAKE_CH_REQUEST_LOG": str(layout.root / "requests.jsonl")})
     vmi = parse_vmi(raw)

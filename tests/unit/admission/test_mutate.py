@@ -11,7 +11,7 @@ import pytest
 from admission.cluster import KubeVirtStatus
 from admission.config import load_config
 from admission.mutate import RECORD_ANNOTATION, NeedsVMI, mutate_pod, plan
-from admission.overhead import KUBEVIRT_V1_9_0, ch_overhead, kubevirt_overhead
+from admission.overhead import KUBEVIRT_V1_9_0, ch_overhead, kubevirt_overhead, plan_of
 from admission.review import parse_review
 from ch_launcher.kubevirt.quantity import MiB, quantity_bytes
 from ch_launcher.kubevirt.vmi import parse_vmi
@@ -46,7 +46,7 @@ def compute(pod):
 
 
 def ours(vmi):
-    return ch_overhead(parse_vmi(vmi)).total
+    return ch_overhead(parse_vmi(vmi), plan_of(parse_vmi(vmi))).total
 
 
 def test_the_compute_container_gets_ch_launcher_and_keeps_virt_launchers_flags():
@@ -343,7 +343,7 @@ def test_binding_plugin_overheads_from_the_cluster_count_in_ours():
     vmi["spec"]["networks"] = [{"name": "default", "pod": {}}]
     status = KubeVirtStatus(version="v1.9.0", bindings={"custom": 33 * MiB})
     _, _, patched = run(b.launcher_pod(vmi), vmi, kubevirt=status)
-    expected = ch_overhead(parse_vmi(vmi), bindings={"custom": 33 * MiB}).total
+    expected = ch_overhead(parse_vmi(vmi), plan_of(parse_vmi(vmi)), bindings={"custom": 33 * MiB}).total
     assert patched["metadata"]["annotations"]["kubevirt.io/memory-overhead-bytes"] == str(expected)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from decimal import Decimal
 
 import pytest
@@ -17,15 +18,21 @@ from admission.overhead import (
     ROW_KEYS,
     CHSettings,
     ch_overhead,
+    io_devices,
     kubevirt_constants_for,
     kubevirt_overhead,
     page_tables,
+    plan_of,
     vcpu_count,
 )
+from ch_launcher.ch.vmconfig import VmConfig
+from ch_launcher.convert import Plan
 from ch_launcher.kubevirt.quantity import GiB, MiB
 from ch_launcher.kubevirt.vmi import CPU, parse_vmi
-from tests.builders import new_vmi, with_cpu, with_domain, with_memory_request, with_namespace, with_spec
+from tests.builders import new_vmi, with_cpu, with_domain, with_memory, with_memory_request, with_namespace, with_spec
 from tests.conftest import KUBEVIRT_EXAMPLES, require_shared
+
+NO_DEVICES = Plan(config=VmConfig())  # for the rows that do not count the plan's devices
 
 
 def vmi(memory: str = "1Gi", cpu: dict | None = None, **spec_extra) -> object:
@@ -45,6 +52,18 @@ def test_kubevirt_main_figures_match_its_own_unit_tests(memory, vcpus, expected_
 
 def test_kubevirt_v1_9_0_has_the_smaller_qemu_term():
     assert kubevirt_overhead(vmi(), constants=KUBEVIRT_V1_9_0).total == 270 * MiB
+
+
+def test_kubevirt_reads_page_tables_from_the_memory_request_only_and_we_from_the_guests_memory():
+    # virt-controller's own figure for a VMI of `memory.guest: 128Mi` and no request, 1 vCPU, no
+    # display, on the real node of tests/cluster (its pod's kubevirt.io/memory-overhead-bytes):
+    # virt-api does not default the request from memory.guest, so KubeVirt adds no page tables
+    guest_only = parse_vmi(new_vmi("t", with_memory("128Mi"), with_cpu(cores=1, sockets=1, threads=1),
+                                   with_domain(devices={"autoattachGraphicsDevice": False})))
+    assert kubevirt_overhead(guest_only)["page_tables"] == 0
+    assert kubevirt_overhead(guest_only).total == 268435456
+    # KVM's page tables follow guest RAM
+    assert ch_overhead(guest_only, plan_of(guest_only))["page_tables"] == page_tables(128 * MiB)
 
 
 def test_page_tables_round_up_to_kilobytes_then_down_to_bytes():
@@ -70,7 +89,7 @@ def test_conditional_terms_are_shared_where_the_vmm_does_not_matter():
                     "memory": {"reservedOverhead": {"addedOverhead": "20Mi"}}},
             livenessProbe={"exec": {"command": ["true"]}},
             volumes=[{"name": "m", "downwardMetrics": {}}])
-    ch, kv = ch_overhead(v), kubevirt_overhead(v)
+    ch, kv = ch_overhead(v, NO_DEVICES), kubevirt_overhead(v)  # (a VMI the translator refuses: rows only)
     for key, value in (("tpm", 53 * MiB), ("reserved", 20 * MiB), ("probes", 110 * MiB),
                        ("downward_metrics", MiB)):
         assert ch[key] == kv[key] == value, key
@@ -84,21 +103,21 @@ def test_conditional_terms_are_shared_where_the_vmm_does_not_matter():
 ])
 def test_vfio_costs_the_iommu_page_tables_of_guest_ram_and_a_little_per_device_not_kubevirts_gigabyte(devices, count):
     v = vmi(domain={"devices": devices, "memory": {"guest": "4Gi"}})
-    assert ch_overhead(v)["vfio"] == page_tables(4 * GiB) + CH_VFIO_PER_DEVICE * count  # 8 MiB + 1 MiB each
+    assert ch_overhead(v, NO_DEVICES)["vfio"] == page_tables(4 * GiB) + CH_VFIO_PER_DEVICE * count  # 8 MiB + 1 MiB each
     assert kubevirt_overhead(v)["vfio"] == GiB
-    assert ch_overhead(vmi())["vfio"] == 0
+    assert ch_overhead(vmi(), plan_of(vmi()))["vfio"] == 0
     hotplug = vmi(domain={"devices": devices, "memory": {"guest": "4Gi", "maxGuest": "8Gi"}})
-    assert ch_overhead(hotplug)["vfio"] == page_tables(8 * GiB) + CH_VFIO_PER_DEVICE * count
+    assert ch_overhead(hotplug, NO_DEVICES)["vfio"] == page_tables(8 * GiB) + CH_VFIO_PER_DEVICE * count
 
 
 def test_libvirts_processes_do_not_run_and_virt_handlers_runtime_gets_a_small_monitor_and_vmm_spawner():
-    ch = ch_overhead(vmi())
+    ch = ch_overhead(vmi(), plan_of(vmi()))
     assert ch["virt_launcher_monitor"] == ch["virtlogd"] == ch["virtqemud"] == ch["video"] == 0
     assert ch["launcher"] == CH_LAUNCHER
     for domain in ({"cpu": {"cores": 1, "dedicatedCpuPlacement": True}},
                    {"devices": {"gpus": [{"name": "g", "deviceName": "nvidia.com/T4"}]}},
                    {"memory": {"guest": "1Gi", "reservedOverhead": {"memLock": "Required"}}}):
-        ch = ch_overhead(vmi(domain=domain))  # docs/process-model.md
+        ch = ch_overhead(vmi(domain=domain), plan_of(vmi(domain=domain)))  # docs/process-model.md
         assert (ch["virt_launcher_monitor"], ch["virtqemud"], ch["virtlogd"]) == (CH_MONITOR, CH_SPAWNER, 0), domain
 
 
@@ -111,7 +130,7 @@ def test_video_ram_is_dropped_by_kubevirt_only_when_graphics_are_off():
 def test_the_ratio_multiplies_everything_but_the_network_in_both_formulas():
     v = vmi(domain={"devices": {"interfaces": [{"name": "a", "binding": {"name": "slirpish"}}]}})
     bindings = {"slirpish": 40 * MiB}
-    for formula in (kubevirt_overhead, ch_overhead):
+    for formula in (kubevirt_overhead, functools.partial(ch_overhead, plan=NO_DEVICES)):
         plain = formula(v, bindings=bindings)
         doubled = formula(v, ratio=Decimal("2.0"), bindings=bindings)
         backend = plain.total - plain["binding_plugins"]
@@ -129,20 +148,20 @@ def test_each_binding_plugin_counts_once_and_unregistered_ones_not_at_all():
 
 
 def test_config_overrides_replace_the_launcher_and_vmm_terms():
-    ch = ch_overhead(vmi(), settings=CHSettings.from_mib(40, 12.5))
+    ch = ch_overhead(vmi(), plan_of(vmi()), settings=CHSettings.from_mib(40, 12.5))
     assert ch["launcher"] == 40 * MiB
     assert ch["vmm"] == int(12.5 * MiB)
 
 
 def test_both_formulas_fill_every_row():
-    assert set(ch_overhead(vmi()).terms) == set(ROW_KEYS) == set(kubevirt_overhead(vmi()).terms)
+    assert set(ch_overhead(vmi(), plan_of(vmi())).terms) == set(ROW_KEYS) == set(kubevirt_overhead(vmi()).terms)
 
 
 def test_vmi_fedora_needs_at_most_72_mib_a_quarter_of_kubevirts_qemu_overhead():
     doc = yaml.safe_load(require_shared(KUBEVIRT_EXAMPLES / "vmi-fedora.yaml").read_text())
     fedora = parse_vmi(doc)
-    assert ch_overhead(fedora).total <= 72 * MiB
-    assert ch_overhead(fedora).total * 4 <= kubevirt_overhead(fedora).total
+    assert ch_overhead(fedora, plan_of(fedora)).total <= 72 * MiB
+    assert ch_overhead(fedora, plan_of(fedora)).total * 4 <= kubevirt_overhead(fedora).total
 
 
 @pytest.mark.parametrize(("version", "expected"), [
@@ -151,3 +170,23 @@ def test_vmi_fedora_needs_at_most_72_mib_a_quarter_of_kubevirts_qemu_overhead():
 ])
 def test_unknown_versions_assume_the_smaller_kubevirt_figure(version, expected):
     assert kubevirt_constants_for(version) is expected
+
+
+def test_the_io_term_counts_the_devices_the_translation_gives_the_vmm():
+    # KubeVirt lists a disk for every volume the VMI names no disk for (its defaults webhook adds
+    # them, as virt-launcher's converter does): the VMM runs one virtio-blk device per volume,
+    # so the term counts the plan's disks, not the spec's list. An SR-IOV NIC is passed through
+    # with VFIO (that term counts it), not a virtio-net device.
+    volumes_only = parse_vmi(new_vmi("t", with_namespace(None), with_memory_request("1Gi"), with_spec(volumes=[
+        {"name": "a", "containerDisk": {"image": "registry:5000/a"}},
+        {"name": "b", "emptyDisk": {"capacity": "1Gi"}}])))
+    plan = plan_of(volumes_only)
+    assert io_devices(plan) == len(plan.config.disks or ()) == 2
+    assert ch_overhead(volumes_only, plan)["io"] == 2 * MiB
+
+
+def test_a_vmi_cloud_hypervisor_cannot_run_has_no_overhead_to_compute():
+    with pytest.raises(ValueError, match=r"Cloud Hypervisor cannot run this VMI: .*cdrom"):
+        plan_of(parse_vmi(new_vmi("t", with_memory_request("1Gi"), with_domain(devices={
+            "disks": [{"name": "cd", "cdrom": {"bus": "sata"}}]}), with_spec(volumes=[
+                {"name": "cd", "containerDisk": {"image": "registry:5000/cd"}}]))))

@@ -12,7 +12,7 @@ import pytest
 from ch_launcher.convert import LauncherEnv, check
 from ch_launcher.convert.context import PodFacts
 from tests.conftest import KUBEVIRT_EXAMPLES, require_shared
-from tests.unit.convert.test_examples import EXAMPLES
+from tests.unit.convert.examples_support import EXAMPLES
 
 BY_NAME = dict(EXAMPLES)
 D = "spec.domain.devices"

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ch_launcher.convert import LauncherEnv, PodFacts, UnsupportedFeature, Verdict, check, translate
-from tests.unit.convert.test_examples import EXAMPLES
+from tests.unit.convert.examples_support import EXAMPLES
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

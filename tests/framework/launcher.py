@@ -1,5 +1,5 @@
 """The launcher as a real child process, every path it touches under one short root: what the
-demo, the functional tests (`tests/functional/harness.py`) and `bench/launcher.py` start."""
+demo (`make demo`), the functional tests (`tests/functional/harness.py`) and `bench/launcher.py` start."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 FAKE_CH = REPO / "tests" / "fakes" / "fake_cloud_hypervisor.py"
 
 
@@ -90,7 +90,7 @@ def container_disk_images(vmi: Mapping[str, Any], layout: LauncherLayout, *, siz
     """Create `<container-disk-dir>/disk_<volume index>.img` for each containerDisk volume that
     has none (KubeVirt's path; virt-handler mounts these before the first Sync). The first one is
     a copy of `image` when given, else every one is a sparse raw image of `size` bytes."""
-    made = []
+    made: list[pathlib.Path] = []
     for index, volume in enumerate(vmi.get("spec", {}).get("volumes", []) or []):
         if "containerDisk" not in volume:
             continue

@@ -43,11 +43,11 @@ class DomainEvent:
 
     @property
     def status(self) -> str:
-        return (self.domain or {}).get("Status", {}).get("Status", "")
+        return str((self.domain or {}).get("Status", {}).get("Status", ""))
 
     @property
     def reason(self) -> str:
-        return (self.domain or {}).get("Status", {}).get("Reason", "")
+        return str((self.domain or {}).get("Status", {}).get("Reason", ""))
 
     @property
     def deleted(self) -> bool:
@@ -88,16 +88,19 @@ class NotifyRecorder:
         recorder = self
 
         class Info(notify_info_grpc.NotifyInfoServicer):
-            async def Info(self, request, context):  # noqa: N802
+            async def Info(self, request: notify_info_pb2.NotifyInfoRequest,  # noqa: N802
+                           context: grpc.aio.ServicerContext[Any, Any]) -> notify_info_pb2.NotifyInfoResponse:
                 recorder.info_calls += 1
                 recorder._bump()
                 return notify_info_pb2.NotifyInfoResponse(supportedNotifyVersions=[1])
 
         class Notify(notify_grpc.NotifyServicer):
-            async def HandleDomainEvent(self, request, context):  # noqa: N802
+            async def HandleDomainEvent(self, request: notify_pb2.DomainEventRequest,  # noqa: N802
+                                        context: grpc.aio.ServicerContext[Any, Any]) -> notify_pb2.Response:
                 return recorder._domain_event(request)
 
-            async def HandleK8sEvent(self, request, context):  # noqa: N802
+            async def HandleK8sEvent(self, request: notify_pb2.K8sEventRequest,  # noqa: N802
+                                     context: grpc.aio.ServicerContext[Any, Any]) -> notify_pb2.Response:
                 recorder.k8s_events.append(json.loads(request.eventJSON or b"{}"))
                 recorder._bump()
                 return notify_pb2.Response(success=True)
