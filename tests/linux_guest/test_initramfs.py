@@ -7,6 +7,7 @@ import os
 import shutil
 import stat
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,7 @@ def test_the_same_entries_give_the_same_bytes() -> None:
     (lambda: cpio.Entry("fifo", stat.S_IFIFO | 0o644), "is not written here"),
     (lambda: cpio.Entry("d", stat.S_IFDIR | 0o755, b"data"), "only files and symlinks carry data"),
 ])
-def test_members_the_kernel_could_not_unpack_are_refused(entry, message) -> None:  # type: ignore[no-untyped-def]
+def test_members_the_kernel_could_not_unpack_are_refused(entry: Callable[[], cpio.Entry], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         entry()
 
