@@ -10,7 +10,7 @@ shared), so two VMs carry every story, both created when the module starts:
   NoCloud): the console, the pod network (DHCP, a pod reaching the guest, the guest reaching a
   Service), cloud-init, the dirty rate, vCPU and memory hotplug;
 - the VMI `linux-reboot` (256 MiB, a pvpanic device, no NIC): a guest reboot, `virtctl
-  soft-reboot` pressing the ACPI power button, its boots counted in its serial log.
+  soft-reboot`, its boots counted in its serial log, then a kernel panic.
 
 The tests run in file order. The second VMI's reboots are started by one test and checked by a
 later one, so that its boots run while the first VM's stories do (each guest has a vCPU of its
@@ -318,7 +318,7 @@ def test_the_rebooted_guest_boots_again_and_virtctl_soft_reboot_powers_it_off(no
                                                                                story: Story) -> None:
     """The second guest's reboot brought it up again (a second boot in its serial log). Then
     `virtctl soft-reboot`: the launcher presses the ACPI power button and the guest shuts down
-    cleanly."""
+    cleanly; the launcher boots it again (`test_after_the_soft_reboot_...` checks it)."""
     _vmi, pod = running_vmi(node_cluster, REBOOTS)
     wait_for_boots(node_cluster, pod, 2)
     story.measured["reboot"] = time.monotonic() - story.started["reboot"]
@@ -402,3 +402,27 @@ def test_vcpu_and_memory_hotplug_reach_the_guest(node_cluster: NodeCluster, stor
     assert mem_after - mem_before == 128 * 1024, (mem_before, mem_after)  # one 128 MiB memory block
     node_cluster.wait_for(lambda: node_cluster.json("get", "vmi", NAME)["status"]["memory"]["guestCurrent"]
                           == "1152Mi", "virt-handler to show the plugged memory", timeout=120, every=2)
+
+
+@slow
+def test_after_the_soft_reboot_the_guest_boots_a_third_time_then_a_kernel_panic_fails_the_vmi(
+        node_cluster: NodeCluster, story: Story) -> None:
+    """The launcher booted the second VM again after its soft reboot: the same VMI and pod, three
+    boots in the serial log, two clean shutdowns. Then `echo c > /proc/sysrq-trigger`: the kernel
+    panics and its pvpanic driver tells the pvpanic device KubeVirt's `panicDevices` asked for;
+    the VMI ends Failed with a GuestPanicked Warning, as under QEMU."""
+    vmi, pod = running_vmi(node_cluster, REBOOTS)
+    log = wait_for_boots(node_cluster, pod, 3)
+    story.measured["soft-reboot"] = time.monotonic() - story.started["soft-reboot"]
+    assert (log.count(guest.BOOT), log.count(guest.READY), log.count(guest.GOING_DOWN)) == (3, 3, 2), log
+    print(f"\nthe second guest: reboot -> ready again {story.measured['reboot']:.0f} s, "
+          f"virtctl soft-reboot -> ready again {story.measured['soft-reboot']:.0f} s")
+    with node_cluster.console(REBOOTS) as console:
+        GuestShell(console, guest.prompt("localhost"))
+        console.type(b"echo c > /proc/sysrq-trigger\r")
+        console.wait_for(guest.PANIC, timeout=300)
+    node_cluster.wait_for_vmi(REBOOTS, "Failed", timeout=120)
+    events = node_cluster.json("get", "events", "--field-selector", f"involvedObject.uid={vmi['metadata']['uid']}")
+    found = {(e["type"], e["reason"], e["message"]) for e in events["items"]}
+    assert ("Warning", "GuestPanicked", "GuestPanicked (details unavailable)") in found, found
+    assert "Kernel panic - not syncing: sysrq triggered crash" in serial_log(node_cluster, pod)
