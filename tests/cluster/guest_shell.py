@@ -52,7 +52,9 @@ class GuestShell:
         marker = f" KCH-END-{n}\r"  # the end of its line: the exit status before it is complete
         text = self.console.wait_for(marker, timeout=timeout)[start:]
         found = re.search(rf"\r?\nrc=(\d+){re.escape(marker)}", text)
-        echoed = text.find(f" END {n}\r\n")  # the end of the echo of the typed line
+        # the end of the last echo of the typed line: right after a boot the tty may echo it
+        # before the shell's line editor takes the line and echoes it again behind a prompt
+        echoed = text.rfind(f" END {n}\r\n", 0, found.start() if found else len(text))
         if found is None or not 0 <= echoed < found.start():
             raise ClusterError(f"the guest's echo or end marker of {command!r} is malformed:\n{text}")
         out = _KERNEL_LINE.sub("", text[echoed + len(f" END {n}\r\n"):found.start()].replace("\r\n", "\n"))

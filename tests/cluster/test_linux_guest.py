@@ -8,7 +8,8 @@ shared), so two VMs carry every story, both created when the module starts:
 
 - the VM `linux` (1 GiB, one socket of at most two, `maxGuest`, a masquerade NIC, cloud-init
   NoCloud): the console, the pod network (DHCP, a pod reaching the guest, the guest reaching a
-  Service), cloud-init, the dirty rate, vCPU and memory hotplug;
+  Service), cloud-init, the dirty rate, vCPU and memory hotplug, then `virtctl stop` through the
+  ACPI power button;
 - the VMI `linux-reboot` (256 MiB, a pvpanic device, no NIC): a guest reboot, `virtctl
   soft-reboot`, its boots counted in its serial log, then a kernel panic.
 
@@ -402,6 +403,35 @@ def test_vcpu_and_memory_hotplug_reach_the_guest(node_cluster: NodeCluster, stor
     assert mem_after - mem_before == 128 * 1024, (mem_before, mem_after)  # one 128 MiB memory block
     node_cluster.wait_for(lambda: node_cluster.json("get", "vmi", NAME)["status"]["memory"]["guestCurrent"]
                           == "1152Mi", "virt-handler to show the plugged memory", timeout=120, every=2)
+
+
+def test_virtctl_stop_powers_the_guest_off_through_acpi_well_within_its_grace_period(node_cluster: NodeCluster,
+                                                                                    story: Story) -> None:
+    """The launcher presses the ACPI power button, the guest's init shuts down cleanly and the
+    kernel powers off (ACPI S5): the VMI and its pod are gone before the grace period ends, and
+    the VMM was never killed."""
+    _vmi, pod = running_vmi(node_cluster)
+    name = pod["metadata"]["name"]
+    logs = node_cluster.follow_logs(name, "compute")
+    try:
+        with node_cluster.console(NAME) as console:
+            start = time.monotonic()
+            r = node_cluster.virtctl("stop", NAME)
+            assert (r.rc, r.lines) == (0, [f"VM {NAME} was scheduled to stop"]), r.out
+            console.wait_for(guest.POWER_BUTTON, timeout=GRACE_SECONDS)
+        node_cluster.wait_for(lambda: node_cluster.kubectl("get", "pod", name).rc != 0, "the launcher pod to go",
+                              timeout=GRACE_SECONDS + 60)
+        gone = time.monotonic() - start
+        log = logs.communicate(timeout=30)[0]
+    finally:
+        if logs.poll() is None:
+            logs.kill()
+    print(f"\nvirtctl stop -> launcher pod gone: {gone:.1f} s (grace period {GRACE_SECONDS} s)")
+    messages = [json.loads(line).get("msg", "") for line in log.splitlines() if line.startswith("{")]
+    assert any(m.startswith("ShutdownVirtualMachine: ") and "power-button" in m for m in messages), log
+    assert "VM is down: Shutdown" in messages, log  # the guest powered off: no kill at the grace period's end
+    assert not any(m.startswith("KillVirtualMachine") for m in messages), log
+    assert node_cluster.kubectl("get", "vmi", NAME).rc != 0
 
 
 @slow
