@@ -21,7 +21,7 @@ TEST_TOOLS := busybox:busybox qemu-img:qemu-utils ip:iproute2 as:binutils setcap
 # ... and the benchmarks: wrk (bench/admission.py's load generator).
 BENCH_TOOLS := wrk:wrk
 
-.PHONY: all demo test venv system-deps lint bench proto clean images
+.PHONY: all demo test test-linux-guest venv system-deps lint bench proto clean images
 
 all: test
 
@@ -61,6 +61,10 @@ lint: $(STAMP)
 TEST_WORKERS ?= 4
 test: $(STAMP) system-deps lint
 	$(PY) -m pytest -n $(TEST_WORKERS)
+
+# The Linux guest's stories on the real node, apart from `make test` (docs/testing.md).
+test-linux-guest: $(STAMP) system-deps
+	$(PY) -m pytest -n 0 -m linux_guest tests/cluster/test_linux_guest.py
 
 bench: $(STAMP)
 	$(MAKE) --no-print-directory system-deps TOOLS="$(BENCH_TOOLS)"
