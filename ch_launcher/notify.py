@@ -37,9 +37,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
-import uuid as uuidlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,13 +48,12 @@ from ch_launcher._proto import kubevirt_notify_info_pb2 as info_pb2
 from ch_launcher._proto import kubevirt_notify_info_pb2_grpc as info_grpc
 from ch_launcher._proto import kubevirt_notify_v1_pb2 as notify_pb2
 from ch_launcher._proto import kubevirt_notify_v1_pb2_grpc as notify_grpc
-from ch_launcher.kubevirt.domain import now_rfc3339
+from ch_launcher.kubevirt.events import k8s_event_json
 
 log = logging.getLogger(__name__)
 
 SUPPORTED_NOTIFY_VERSIONS = (1,)
 EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "ERROR")
-K8S_EVENT_TYPES = ("Normal", "Warning")
 K8S_QUEUE_LIMIT = 100
 K8S_MAX_REFUSALS = 3
 WARM_UP_WINDOW = 10.0  # seconds connect_early() keeps trying for a pipe that has not appeared yet
@@ -94,37 +91,6 @@ def highest_common_version(server: list[int] | tuple[int, ...], client: tuple[in
         raise NotifyError(f"no compatible version found, server: {list(server)}, client: {list(client)}",
                           reconnect=True)
     return max(common)
-
-
-def k8s_event_json(*, type: str, reason: str,  # noqa: A002 - the Event's field; callers pass type=
-                   message: str, namespace: str, name: str, uid: str,
-                   component: str = "ch-launcher") -> bytes:
-    """A `core/v1 Event` about the VMI, as virt-handler's HandleK8sEvent expects it: it re-emits
-    the event only for a VMI in its cache with `involvedObject` namespace, name and uid."""
-    if type not in K8S_EVENT_TYPES:
-        raise ValueError(f"Kubernetes event type must be one of {K8S_EVENT_TYPES}, not {type!r}")
-    if not (namespace and name and uid):
-        raise ValueError("a Kubernetes event needs the VMI's namespace, name and uid")
-    now = now_rfc3339()
-    event = {
-        "kind": "Event",
-        "apiVersion": "v1",
-        "metadata": {"name": f"{name}.{uuidlib.uuid4().hex[:16]}", "namespace": namespace,
-                     "creationTimestamp": None},
-        "involvedObject": {"kind": "VirtualMachineInstance", "namespace": namespace, "name": name,
-                           "uid": uid, "apiVersion": "kubevirt.io/v1"},
-        "reason": reason,
-        "message": message,
-        "source": {"component": component},
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-        "type": type,
-        "eventTime": None,
-        "reportingComponent": component,
-        "reportingInstance": "",
-    }
-    return json.dumps(event, separators=(",", ":")).encode()
 
 
 class Notifier:

@@ -67,10 +67,6 @@ class Boot:
         self._runner = runner
         self._swtpm: Swtpm | None = None        # the TPM of a VM that has one; kept across VMMs
 
-    @property
-    def swtpm_pid(self) -> int | None:
-        return self._swtpm.pid if self._swtpm is not None else None
-
     # --- translate, prepare --------------------------------------------------------------------
 
     async def plan(self, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
