@@ -350,10 +350,7 @@ class Pod:
 
     @property
     def launcher_pid(self) -> int:
-        """The launcher itself (the command's process is its monitor)."""
-        pid = self.launcher.roles()["launcher"]
-        assert pid is not None, self.launcher.log_text()
-        return pid
+        return self.launcher.launcher_pid
 
     @property
     def vmm_pid(self) -> int | None:

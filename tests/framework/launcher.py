@@ -185,6 +185,15 @@ class LauncherProcess:
         names = (VMM_COMM_PREFIX, os.path.basename(self.ch_binary)[:15])
         return sorted(p for p in self.processes() if _comm(p).startswith(names))
 
+    @property
+    def launcher_pid(self) -> int:
+        """The launcher itself (the command's own process is its monitor, docs/process-model.md).
+        RuntimeError while it is not there."""
+        pid = self.roles()["launcher"]
+        if pid is None:
+            raise RuntimeError(f"no launcher below the monitor (pid {self.pid})\n{self.log_text()}")
+        return pid
+
     def roles(self) -> dict[str, int | None]:
         """The pod's processes by role (docs/process-model.md): `monitor` (the command's own
         process), `launcher` (its child that serves launcher-sock), `spawner` (the launcher's
