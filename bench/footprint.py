@@ -118,11 +118,10 @@ IMPORT_STEPS = (
                                                   "ch_launcher._proto.kubevirt_cmd_info_pb2_grpc",
                                                   "ch_launcher._proto.kubevirt_notify_info_pb2_grpc")),
     ("launcher core (cli, server, notify, manager)", ("ch_launcher.cli", "ch_launcher.server", "ch_launcher.notify")),
-    ("pydantic", ("pydantic",)),
-    ("VMI model (pydantic models)", ("ch_launcher.kubevirt.vmi",)),
-    ("VMM client (VmConfig models, http.client)", ("ch_launcher.ch.api", "ch_launcher.ch.process")),
+    ("VMI model (jsonmodel records)", ("ch_launcher.kubevirt.vmi",)),
+    ("VMM client (VmConfig records, http.client)", ("ch_launcher.ch.api", "ch_launcher.ch.process")),
     ("translator (convert)", ("ch_launcher.convert",)),
-    ("preparation (prepare; ISOs in a child)", ("ch_launcher.prepare",)),
+    ("preparation (prepare, the ISO writer)", ("ch_launcher.prepare",)),
     ("dhcp, stats", ("ch_launcher.dhcp", "ch_launcher.stats")),
 )
 ATTRIBUTION = textwrap.dedent("""

@@ -48,7 +48,7 @@ from ch_launcher._proto import kubevirt_cmd_v1_pb2_grpc as cmd_grpc
 from ch_launcher.lifecycle import Intent
 from ch_launcher.manager import CommandFailed, DomainManager
 
-if TYPE_CHECKING:  # imported when first needed: readiness must not wait for pydantic models
+if TYPE_CHECKING:  # imported when first needed: readiness must not wait for the VMI model
     from grpc.aio import ServicerContext as Context  # generic in (request, response) in the stubs only
 
     from ch_launcher.convert import LauncherOptions

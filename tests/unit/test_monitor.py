@@ -89,16 +89,16 @@ def test_what_a_clean_launcher_leaves_gets_sigterm_and_what_a_crashed_one_leaves
         marker = tmp_path / f"sigterm-{crash}"
         p = run_monitor(f"""
             r, w = os.pipe()
+            up_r, up_w = os.pipe()
             if os.fork() == 0:
                 pid = os.fork()
                 if pid == 0:  # says "up" once its trap is set
-                    os.dup2(w, 1)
+                    os.dup2(up_w, 1)
                     os.execvp("sh", ["sh", "-c", "trap 'touch {marker}; exit 0' TERM; echo up; "
                                                  "while :; do sleep 0.05; done"])
-                os.write(w, f"{{pid}}\\n".encode()); os._exit(0)
-            reader = os.fdopen(r)
-            pid = int(reader.readline())
-            assert reader.readline() == "up\\n"
+                os.write(w, str(pid).encode()); os._exit(0)
+            pid = int(os.read(r, 32))
+            assert os.fdopen(up_r).readline() == "up\\n"
             print(pid, flush=True)
             if {crash}:
                 os.kill(os.getpid(), signal.SIGKILL)
