@@ -54,7 +54,7 @@ class EpitaphFile:
 
 def deliver(path: str, notify_socket: str, *, namespace: str, name: str, uid: str, how: str,
             timeout: float = 5.0) -> str | None:
-    """The monitor's side, once the launcher has died (`how`: "was killed by SIGKILL", ...): send
+    """The monitor's side, once the launcher has died (`how`: "(pid 12) was killed by signal 9", ...): send
     virt-handler the epitaph at `path`, if there is one, then a Warning event saying why. What to
     log, or None when there was no epitaph (no VM ran here). Never raises."""
     try:

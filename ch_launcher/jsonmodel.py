@@ -142,9 +142,8 @@ def _record_decoder(model: type[Record]) -> Decoder:
                 kwargs[name] = decoded
             elif lenient and name not in fields.required:
                 del problems[mark:]  # unreadable: the default
-        for name in fields.required:
-            if name not in kwargs and value.get(name) is None:
-                problems.append(((*loc, name), "Field required"))
+        problems.extend(((*loc, name), "Field required") for name in fields.required
+                        if name not in kwargs and value.get(name) is None)
         return model(**kwargs) if len(problems) == start else _INVALID
 
     _RECORD_DECODERS[model] = decode_record
