@@ -266,3 +266,34 @@ def test_a_label_too_long_for_joliet_keeps_rock_ridge_and_its_iso_9660_label(tmp
 def test_a_path_the_image_cannot_hold_is_a_value_error(tmp_path: pathlib.Path, bad: str) -> None:
     with pytest.raises(ValueError, match="not a relative file path"):
         write_iso(str(tmp_path / "x.iso"), "l", [(bad, b"")])
+
+
+ISOINFO = shutil.which("isoinfo")
+
+
+def isoinfo(path: str, *args: str) -> bytes:
+    """What genisoimage's `isoinfo` (a third reader, independent of libisofs and pycdlib) prints."""
+    if ISOINFO is None:
+        pytest.fail("isoinfo is missing (Makefile TEST_TOOLS: genisoimage)")
+    return subprocess.run([ISOINFO, "-i", path, *args], capture_output=True, timeout=60, check=True).stdout
+
+
+def test_blkid_finds_the_label_cloud_init_looks_for_and_isoinfo_reads_every_tree(tmp_path: pathlib.Path) -> None:
+    """cloud-init finds its NoCloud data by the filesystem label as blkid reads it (`cidata`);
+    a file of many sectors reads back whole through the Rock Ridge, Joliet and ISO 9660 names."""
+    user = b"#cloud-config\n" + os.urandom(3 << 20)
+    step = nocloud(tmp_path, user_data=user, network_data=b"version: 2\n")
+    build_cloud_init_iso(step)
+    probe = subprocess.run(["blkid", "-p", "-o", "export", step.path], capture_output=True, text=True, timeout=60,
+                           check=True).stdout.splitlines()
+    assert {"TYPE=iso9660", "LABEL=cidata", "USAGE=filesystem"} <= set(probe), probe
+    described = isoinfo(step.path, "-d").decode()
+    assert "Volume id: cidata" in described and "Rock Ridge signatures version 1 found" in described
+    assert "Joliet with UCS level 3 found" in described
+    for tree in ("-R", "-J"):  # the Rock Ridge and the Joliet names
+        listing = isoinfo(step.path, tree, "-l").decode()
+        assert {line.split()[-1] for line in listing.splitlines() if line.startswith("-")} == {
+            "meta-data", "network-config", "user-data"}, listing
+        assert isoinfo(step.path, tree, "-x", "/user-data") == user
+    assert isoinfo(step.path, "-f").decode().split() == ["/META_DATA.;1", "/NETWORK_CONFIG.;1", "/USER_DATA.;1"]
+    assert isoinfo(step.path, "-x", "/USER_DATA.;1") == user
