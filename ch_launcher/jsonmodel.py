@@ -4,7 +4,8 @@ the VmConfig it writes and the VMM's answers (`ch.vmconfig`).
 A model is a subclass of `Record`: a keyword-only dataclass whose annotations are the JSON shape.
 `decode(Model, value)` checks a decoded JSON value against it and builds the objects, or raises
 `DecodeError` listing every problem, each with its location (`("spec", "domain", "cpu", "cores")`)
-and what was wrong; `encode(record)` is the JSON object back, without the fields that are None.
+and what was wrong, in the order of the model's fields (unknown ones last, as written: the order
+pydantic reported them in); `encode(record)` is the JSON object back, without the fields that are None.
 Constructing a record in code checks nothing at run time: mypy does (and a misspelt keyword is a
 TypeError).
 
@@ -105,6 +106,7 @@ class _Fields:
         self.exact = {f.name: t for f in fields if (t := _EXACT.get(hints[f.name])) is not None}
         self.required = [f.name for f in fields
                          if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        self.order = {f.name: n for n, f in enumerate(fields)}  # unknown fields after them all
 
 
 def _record_decoder(model: type[Record]) -> Decoder:
@@ -144,7 +146,12 @@ def _record_decoder(model: type[Record]) -> Decoder:
                 del problems[mark:]  # unreadable: the default
         problems.extend(((*loc, name), "Field required") for name in fields.required
                         if name not in kwargs and value.get(name) is None)
-        return model(**kwargs) if len(problems) == start else _INVALID
+        if len(problems) == start:
+            return model(**kwargs)
+        if len(problems) - start > 1:  # in the fields' order, whatever the JSON's (a stable sort)
+            depth, last = len(loc), len(fields.order)
+            problems[start:] = sorted(problems[start:], key=lambda p: fields.order.get(p[0][depth], last))
+        return _INVALID
 
     _RECORD_DECODERS[model] = decode_record
     return decode_record

@@ -77,8 +77,8 @@ def test_every_problem_is_reported_with_its_location_strictly_as_go_reads_json()
         (("ratio",), "Input should be a valid number"),
         (("on",), "Input should be a valid boolean"),
         (("kind",), "Input should be 'a' or 'b'"),
-        (("inner", "tags", 0), "Input should be a valid string"),
         (("inner", "name"), "Field required"),
+        (("inner", "tags", 0), "Input should be a valid string"),
         (("inners", 1), "Input should be a valid dictionary or instance of Inner"),
         (("labels", "a"), "Input should be a valid string"),
         (("labels", 7), "Input should be a valid string"),
@@ -87,6 +87,28 @@ def test_every_problem_is_reported_with_its_location_strictly_as_go_reads_json()
     ]
     assert problems(Outer, [1]) == [((), "Input should be a valid dictionary or instance of Outer")]
     assert problems(Outer, {"count": True}) == [(("count",), "Input should be a valid integer")]  # no bool
+
+
+class Ordered(Record):
+    json_extra: ClassVar[Literal["ignore", "forbid"]] = "forbid"
+    a: int = 0
+    inner: Inner | None = None
+    b: int
+    c: int = 0
+
+
+def test_problems_come_in_the_models_field_order_then_unknown_fields_as_written() -> None:
+    """As pydantic listed them, whatever the order of the JSON object's keys: the admission
+    webhook's message joins them, and must not change with a client's key order."""
+    assert problems(Ordered, {"zz": 1, "c": "x", "inner": {"tags": [3]}, "a": "y", "yy": 2}) == [
+        (("a",), "Input should be a valid integer"),
+        (("inner", "name"), "Field required"),
+        (("inner", "tags", 0), "Input should be a valid string"),
+        (("b",), "Field required"),
+        (("c",), "Input should be a valid integer"),
+        (("zz",), "Extra inputs are not permitted"),
+        (("yy",), "Extra inputs are not permitted"),
+    ]
 
 
 def test_forbid_refuses_unknown_fields_and_lenient_keeps_unreadable_optional_ones_at_their_default() -> None:
