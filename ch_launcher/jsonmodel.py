@@ -106,7 +106,7 @@ class _Fields:
         self.exact = {f.name: t for f in fields if (t := _EXACT.get(hints[f.name])) is not None}
         self.required = [f.name for f in fields
                          if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-        self.order = {f.name: n for n, f in enumerate(fields)}  # unknown fields after them all
+        self.order: dict[str | int, int] = {f.name: n for n, f in enumerate(fields)}  # unknown ones after all
 
 
 def _record_decoder(model: type[Record]) -> Decoder:

@@ -113,6 +113,7 @@ class Notifier:
         self.warm_up_attempts = 0  # connection attempts made by connect_early(), for tests and diagnostics
         self.last_error: str | None = None  # of the latest failed attempt, None after a success
         self.delivered = 0
+        self.domain_delivered = False  # the first Domain event has reached virt-handler
         self._domain: collections.deque[_DomainEvent] = collections.deque()
         self._k8s: collections.deque[_K8sEvent] = collections.deque()
         self._wakeup = asyncio.Event()
@@ -276,6 +277,9 @@ class Notifier:
         queue: collections.deque[Any] = self._domain if isinstance(item, _DomainEvent) else self._k8s
         if queue and queue[0] is item:
             queue.popleft()
+        if isinstance(item, _DomainEvent) and not self.domain_delivered:
+            log.info("first Domain event delivered to virt-handler")  # a start's timeline: bench/cluster.py
+            self.domain_delivered = True
         self.delivered += 1
         if self._failing_since is not None:
             loop = asyncio.get_running_loop()

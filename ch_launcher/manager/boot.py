@@ -192,6 +192,8 @@ class Boot:
         start_paused = not record.booted_once.is_set() and vmi.spec.startStrategy == "Paused"
         try:
             await session.call(client.boot, timeout=self.settings.boot_timeout)
+            if not record.booted_once.is_set():
+                log.info("vm.boot returned")  # bench/cluster.py's timeline
             if start_paused:
                 heard = session.events_heard()
                 await session.call(client.pause)

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.apiserver.cluster import ClusterError
 from tests.cluster.images import LAUNCHER_IMAGE
 from tests.cluster.node import NodeCluster
 from tests.cluster.objects import annotated_vm, annotated_vmi
@@ -220,8 +221,14 @@ def test_a_killed_launcher_takes_its_vmm_with_it_and_the_vmi_fails_at_once(node_
     compute = next(s for s in node_cluster.json("get", "pod", name)["status"]["containerStatuses"]
                    if s["name"] == "compute")
     assert compute["state"]["terminated"]["exitCode"] == 128 + signal.SIGKILL
-    events = events_of(node_cluster, uid)
-    assert CRASHED in events, events
+    def both_events() -> set[tuple[str, str, str]] | None:  # virt-handler records them asynchronously
+        found = events_of(node_cluster, uid)
+        return found if CRASHED in found and any(reason == "LauncherCrashed" for _, reason, _ in found) else None
+    try:
+        events = node_cluster.wait_for(both_events, "virt-handler's Stopped and the monitor's LauncherCrashed events")
+    except ClusterError as e:
+        log = node_cluster.kubectl("logs", name, "-c", "compute").out[-4000:]
+        raise AssertionError(f"{e}: {events_of(node_cluster, uid)}\nthe compute container's log:\n{log}") from None
     said = (f"ch-launcher (pid {launcher_pid_in_pod(events)}) was killed by signal 9 while the VM was running; "
             "the VM is gone")
     assert ("Warning", "LauncherCrashed", said) in events, events
