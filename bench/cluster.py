@@ -1,28 +1,34 @@
 #!/usr/bin/env python3
-"""A Cloud Hypervisor VMI's life on the real node of tests/cluster (../shared/k8s: containerd,
-kubelet, KubeVirt's virt-controller and virt-handler; the add-on installed as the README says, its
-images built with `make images`), against a plain pod of the same images in the same run:
+"""Cloud Hypervisor VMIs against KubeVirt's own QEMU ones on the real node of tests/cluster
+(../shared/k8s: containerd, kubelet, KubeVirt's virt-controller and virt-handler; the add-on installed
+as the README says; virt-controller's launcher image KubeVirt's own, QEMU 10.0 and libvirt 12.9),
+in one run, rounds interleaved (tests/cluster/backends.py: the same VMI on both backends, one
+vCPU, a containerDisk; 128Mi and 1Gi without a NIC, 128Mi with a masquerade NIC, e1000e for QEMU).
+Each figure for each backend and the ratio CH / QEMU:
 
-- **VMI**: `kubectl create` of an annotated VMI (a containerDisk, cloud-init NoCloud, a
-  masquerade interface; tests/cluster/objects.py) until `kubectl wait` sees it `Running`; then
-  `kubectl delete vmi` until its launcher pod is gone (the guest shuts down on the ACPI button).
-- **pod**: `kubectl create` of a pod of the same images in the same shape (an init container of
-  KubeVirt's launcher image copying `container-disk` into an emptyDir, the ch-launcher image, the
-  launcher image and the containerDisk image each running a container that idles; uid 107)
-  until `kubectl wait` sees it Ready; then `kubectl delete pod` until it is gone.
+- **one at a time**, per shape: `kubectl create` -> `Running` and `kubectl delete` -> pod gone
+  (once the guest has booted: one that has not ignores the ACPI button), p50 (max); the `compute`
+  container's memory at Running and 10 s later (cgroup v1 `memory.usage_in_bytes`) and its peak by
+  then (`memory.max_usage_in_bytes`), the whole pod's peak then, p50; the launcher pod's CPU seconds
+  until Running (its cpuacct cgroup's `cpuacct.usage`, every container), p50; its memory request;
+- **10 at once** (128Mi, no NIC, one `kubectl create` per backend): create -> Running p50 (max),
+  the same memory and CPU readings, p50;
+- **VMIs per node**: how many 128Mi VMIs of each backend the node's allocatable memory holds by
+  their launcher pods' memory requests (what each backend asks for: guest, overhead, the other
+  containers);
+- **launcher killed**: SIGKILL of virt-launcher in a QEMU VMI's pod and of ch-launcher in a Cloud
+  Hypervisor one, one right after the other: seconds until each VMI is `Failed`, p50 (max).
 
-p50 (and max) over N rounds of each, interleaved; the ratio VMI / pod is KubeVirt's and the
-launcher's share of starting and stopping a VM on a node.
+With `--against-pods`, also the older baseline, a plain pod of the same images and shape
+(tests/cluster/load.py): an annotated VMI (a containerDisk, cloud-init NoCloud, a masquerade
+interface) against that pod, create -> Running (Ready) and delete -> gone; then 1, 10 and 20
+annotated VMIs at once against as many plain pods (create -> Running p50 and p99, each pod's cgroup
+peak against its request, virt-handler's CPU while the batch idles).
 
-Then **at once** (tests/cluster/load.py): 1, 10 and 20 VMIs in one `kubectl create`, against as
-many plain pods in one `kubectl create`, each batch deleted before the next: create -> Running
-(pods: Ready) p50 and p99 (nearest rank: with 20, the slowest), each pod's cgroup memory (peak)
-against its memory request (the plain pods request none), and virt-handler's CPU over 20 s while
-the batch idles. Where the node cannot run (no
-../shared beside the checkout, not root, a tool missing), it says why and exits 0, as the other
-benchmarks do.
+Where the node cannot run (no ../shared beside the checkout, not root, a tool missing), it says
+why and exits 0, as the other benchmarks do.
 
-    python bench/cluster.py [--rounds N]
+    python bench/cluster.py [--rounds N] [--kills N] [--against-pods]
 
 Timings depend on the machine's load (printed); compare within one run.
 """
@@ -36,10 +42,24 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from ch_launcher.kubevirt.quantity import quantity_bytes  # noqa: E402
+from tests.cluster.backends import (  # noqa: E402
+    BACKENDS,
+    CLOUD_HYPERVISOR,
+    QEMU,
+    SMALL,
+    AtOnce,
+    Round,
+    Shape,
+    kill_launchers,
+    one_round,
+)
+from tests.cluster.backends import at_once as backends_at_once  # noqa: E402
 from tests.cluster.images import ADMISSION_IMAGE, LAUNCHER_IMAGE, Builder, missing  # noqa: E402
 from tests.cluster.load import cpu_share, create_at_once, delete_batch, host_pid, plain_pod, pod_memory, pods_of  # noqa: E402
 from tests.cluster.node import NodeCluster, unavailable  # noqa: E402
@@ -79,8 +99,27 @@ def pod_round(cluster: NodeCluster, name: str) -> tuple[float, float]:
 MiB = 1 << 20
 
 
-def at_once(cluster: NodeCluster, counts: tuple[int, ...] = (1, 10, 20), idle: float = 20) -> None:
-    """The module docstring's "at once" part, printed as a table."""
+def against_pods(cluster: NodeCluster, rounds: int) -> None:
+    """The module docstring's `--against-pods` part: one at a time, printed as a table."""
+    pod_round(cluster, "warm-up")  # first use of each image on the node (not counted)
+    vmi_round(cluster, "warm-up")
+    figures: dict[str, list[tuple[float, float]]] = {"VMI": [], "pod": []}
+    for i in range(rounds):
+        figures["VMI"].append(vmi_round(cluster, f"bench-{i}"))
+        figures["pod"].append(pod_round(cluster, f"bench-{i}"))
+    print(f"\nagainst a plain pod: {rounds} rounds each on one node, load average {os.getloadavg()[0]:.1f}")
+    print(f"{'':6} {'create -> Running p50 (max) s':>30} {'delete -> pod gone p50 (max) s':>32}")
+    p50 = {}
+    for kind, measured in figures.items():
+        ups, downs = [r[0] for r in measured], [r[1] for r in measured]
+        p50[kind] = (statistics.median(ups), statistics.median(downs))
+        print(f"{kind:6} {p50[kind][0]:22.2f} ({max(ups):5.2f}) {p50[kind][1]:24.2f} ({max(downs):5.2f})")
+    print(f"ratio VMI / pod at p50: create -> Running {p50['VMI'][0] / p50['pod'][0]:.2f}x, "
+          f"delete -> pod gone {p50['VMI'][1] / p50['pod'][1]:.2f}x")
+
+
+def at_once_against_pods(cluster: NodeCluster, counts: tuple[int, ...] = (1, 10, 20), idle: float = 20) -> None:
+    """The module docstring's `--against-pods` part: many at once, printed as a table."""
     handler = host_pid(cluster, "virt-handler")
     print(f"\nat once (load average {os.getloadavg()[0]:.1f}); virt-handler alone: "
           f"{cpu_share(handler, idle):.1%} of a CPU")
@@ -105,40 +144,130 @@ def at_once(cluster: NodeCluster, counts: tuple[int, ...] = (1, 10, 20), idle: f
               f"p99 {vmi[1] / pod[1]:.2f}x; median pod peak memory {vmi[2] / pod[2]:.2f}x")
 
 
+# --- Cloud Hypervisor against QEMU -----------------------------------------------------------
+
+SHAPES = (SMALL, Shape(memory="1Gi"), Shape(nic=True))
+NAMES = {CLOUD_HYPERVISOR: "Cloud Hypervisor", QEMU: "QEMU"}
+
+
+def p50_max(values: list[float]) -> tuple[float, float]:
+    return statistics.median(values), max(values)
+
+
+def row(figure: str, ch: tuple[float, float] | float, qemu: tuple[float, float] | float, unit: str = "") -> None:
+    """One figure: Cloud Hypervisor's, QEMU's (each `p50 (max)` or one value) and CH / QEMU (of the first)."""
+    def shown(value: tuple[float, float] | float) -> str:
+        if isinstance(value, tuple):
+            return f"{value[0]:.2f} ({value[1]:.2f})"
+        return str(value) if isinstance(value, int) else f"{value:.2f}"
+    first = {b: v[0] if isinstance(v, tuple) else v for b, v in ((CLOUD_HYPERVISOR, ch), (QEMU, qemu))}
+    ratio = f"{first[CLOUD_HYPERVISOR] / first[QEMU]:.2f}x" if first[QEMU] else "-"
+    print(f"{figure + (' ' + unit if unit else ''):46} {shown(ch):>18} {shown(qemu):>18} {ratio:>8}")
+
+
+def header(title: str) -> None:
+    print(f"\n{title} (load average {os.getloadavg()[0]:.1f})")
+    print(f"{'':46} {NAMES[CLOUD_HYPERVISOR]:>18} {NAMES[QEMU]:>18} {'CH/QEMU':>8}")
+
+
+def one_at_a_time(cluster: NodeCluster, rounds: int) -> dict[str, int]:
+    """The one-at-a-time part for every shape; returns each backend's pod memory request at 128Mi."""
+    requests: dict[str, int] = {}
+    for s, shape in enumerate(SHAPES):
+        for backend in BACKENDS:  # first use of the shape on the node (not counted)
+            one_round(cluster, f"warm-{s}-{backend[:2]}", backend, shape, settle=0)
+        measured: dict[str, list[Round]] = {b: [] for b in BACKENDS}
+        for i in range(rounds):
+            order = BACKENDS if i % 2 == 0 else BACKENDS[::-1]  # neither always goes first
+            for backend in order:
+                measured[backend].append(one_round(cluster, f"b{s}-{i}-{backend[:2]}", backend, shape))
+        header(f"{shape}: {rounds} rounds each, interleaved")
+
+        def figure(name: str, value: Callable[[Round], float], unit: str, with_max: bool = False,
+                   by_backend: dict[str, list[Round]] = measured) -> None:
+            got = {b: [value(r) for r in rs] for b, rs in by_backend.items()}
+            if with_max:
+                row(name, p50_max(got[CLOUD_HYPERVISOR]), p50_max(got[QEMU]), unit)
+            else:
+                row(name, statistics.median(got[CLOUD_HYPERVISOR]), statistics.median(got[QEMU]), unit)
+        figure("create -> Running p50 (max)", lambda r: r.up, "s", with_max=True)
+        figure("delete -> pod gone p50 (max)", lambda r: r.down, "s", with_max=True)
+        figure("compute memory.usage_in_bytes at Running", lambda r: r.at_running.usage / MiB, "MiB")
+        figure("compute memory.usage_in_bytes 10 s later", lambda r: r.later.usage / MiB, "MiB")
+        figure("compute memory.max_usage_in_bytes (peak)", lambda r: r.later.peak / MiB, "MiB")
+        figure("pod memory.max_usage_in_bytes (peak)", lambda r: r.pod_peak / MiB, "MiB")
+        figure("pod cpuacct.usage until Running", lambda r: r.cpu, "s")
+        figure("pod memory request", lambda r: r.request / MiB, "MiB")
+        if shape == SMALL:
+            requests = {b: measured[b][0].request for b in BACKENDS}
+    return requests
+
+
+def ten_at_once(cluster: NodeCluster, count: int = 10) -> None:
+    found: dict[str, AtOnce] = {}
+    for backend in BACKENDS:
+        found[backend] = backends_at_once(cluster, backend, count, f"once-{backend[:2]}")
+    header(f"{count} at once ({SMALL}), one kubectl create per backend")
+
+    def figure(name: str, value: Callable[[AtOnce], list[float]], unit: str, with_max: bool = False) -> None:
+        got = {b: value(found[b]) for b in BACKENDS}
+        if with_max:
+            row(name, p50_max(got[CLOUD_HYPERVISOR]), p50_max(got[QEMU]), unit)
+        else:
+            row(name, statistics.median(got[CLOUD_HYPERVISOR]), statistics.median(got[QEMU]), unit)
+    figure("create -> Running p50 (max)", lambda a: list(a.up.values()), "s", with_max=True)
+    figure("compute memory.usage_in_bytes at Running", lambda a: [m.usage / MiB for m in a.at_running.values()],
+           "MiB")
+    figure("compute memory.usage_in_bytes, all running", lambda a: [m.usage / MiB for m in a.later.values()], "MiB")
+    figure("compute memory.max_usage_in_bytes (peak)", lambda a: [m.peak / MiB for m in a.later.values()], "MiB")
+    figure("pod cpuacct.usage until Running", lambda a: list(a.cpu.values()), "s")
+
+
+def per_node(cluster: NodeCluster, requests: dict[str, int]) -> None:
+    allocatable = quantity_bytes(cluster.json("get", "node", "node01")["status"]["allocatable"]["memory"])
+    header(f"VMIs per node, 128Mi each: node01's allocatable memory {allocatable / MiB:.0f} MiB over each "
+           f"launcher pod's memory request")
+    row("launcher pod memory request", requests[CLOUD_HYPERVISOR] / MiB, requests[QEMU] / MiB, "MiB")
+    fits = {b: allocatable // requests[b] for b in BACKENDS}
+    row("VMIs that fit by memory", fits[CLOUD_HYPERVISOR], fits[QEMU])
+
+
+def kills(cluster: NodeCluster, rounds: int) -> None:
+    times: dict[str, list[float]] = {b: [] for b in BACKENDS}
+    for i in range(rounds):
+        for backend, seconds in kill_launchers(cluster, {b: f"kill-{i}-{b[:2]}" for b in BACKENDS}).items():
+            times[backend].append(seconds)
+    header(f"launcher SIGKILLed (virt-launcher | ch-launcher) -> VMI Failed, {rounds} rounds, both killed at once")
+    row("SIGKILL -> VMI Failed p50 (max)", p50_max(times[CLOUD_HYPERVISOR]), p50_max(times[QEMU]), "s")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each backend per shape (default 3)")
+    parser.add_argument("--kills", type=int, default=3, help="rounds of the launcher kill (default 3)")
+    parser.add_argument("--against-pods", action="store_true", help="also the plain-pod baseline (module docstring)")
     args = parser.parse_args()
     reason = unavailable() or missing()
     if reason:
         print(f"bench/cluster.py: cannot run here ({reason}); nothing measured")
         return 0
-    print(f"building the images ({LAUNCHER_IMAGE}, {ADMISSION_IMAGE}) and starting the node ...", flush=True)
+    print(f"building the images ({LAUNCHER_IMAGE}, {ADMISSION_IMAGE}, KubeVirt's launcher) and starting the node ...",
+          flush=True)
     cluster = NodeCluster(pathlib.Path(tempfile.mkdtemp(prefix="bench-cluster-")))
     try:
         cluster.start_node()
         cluster.load_images(Builder().build())
         cluster.install()
-        pod_round(cluster, "warm-up")  # first use of each image on the node (not counted)
-        vmi_round(cluster, "warm-up")
-        figures: dict[str, list[tuple[float, float]]] = {"VMI": [], "pod": []}
-        for i in range(args.rounds):
-            figures["VMI"].append(vmi_round(cluster, f"bench-{i}"))
-            figures["pod"].append(pod_round(cluster, f"bench-{i}"))
-        print(f"{args.rounds} rounds each on one node, load average {os.getloadavg()[0]:.1f}")
-        print(f"{'':6} {'create -> Running p50 (max) s':>30} {'delete -> pod gone p50 (max) s':>32}")
-        p50 = {}
-        for kind, rounds in figures.items():
-            ups, downs = [r[0] for r in rounds], [r[1] for r in rounds]
-            p50[kind] = (statistics.median(ups), statistics.median(downs))
-            print(f"{kind:6} {p50[kind][0]:22.2f} ({max(ups):5.2f}) {p50[kind][1]:24.2f} ({max(downs):5.2f})")
-        print(f"ratio VMI / pod at p50: create -> Running {p50['VMI'][0] / p50['pod'][0]:.2f}x, "
-              f"delete -> pod gone {p50['VMI'][1] / p50['pod'][1]:.2f}x")
-        at_once(cluster)
+        requests = one_at_a_time(cluster, args.rounds)
+        ten_at_once(cluster)
+        per_node(cluster, requests)
+        kills(cluster, args.kills)
+        if args.against_pods:
+            against_pods(cluster, args.rounds)
+            at_once_against_pods(cluster)
     finally:
         cluster.close()
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -24,6 +24,13 @@ KubeVirt's rule (`isFreePageReportingEnabled`, `pkg/virt-launcher/virtwrap/manag
 realtime, hugepages) and with the `kubevirt.io/free-page-reporting-disabled: "true"` annotation;
 and, unlike KubeVirt's rule but like QEMU's behaviour, off for VMIs with VFIO devices (see `_balloon`).
 
+Hugepages are taken at boot (`prefault`), as libvirt preallocates a hugepage-backed guest's
+memory for QEMU (KubeVirt's launcher starts QEMU with `memory-backend-memfd` `hugetlb` and
+`prealloc: true`: the node's `HugePages_Free` drops by the guest size at start). Cloud Hypervisor
+maps hugepages `MAP_NORESERVE` and would otherwise take each page when the guest first touches it:
+a pool emptied meanwhile would kill the VMM with SIGBUS mid-run; with prefault a pool short of
+pages fails `vm.boot` ("Failed to prefault memory") before the guest runs.
+
 NUMA passthrough: guest NUMA nodes with hugepage memory zones bound to host nodes (`_numa_zones`).
 """
 
@@ -155,12 +162,12 @@ def _numa_zones(t: Translation, config: MemoryConfig, size: int, page: int) -> b
     zones = []
     for i, cell in enumerate(t.guest_numa):
         zone = MemoryZoneConfig(id=f"numa{cell.guest_id}", size=share + (page if i < extra else 0), hugepages=True,
-                                hugepage_size=page, host_numa_node=cell.host_id)
+                                hugepage_size=page, host_numa_node=cell.host_id, prefault=True)
         zones.append(zone)
     if config.hotplug_size:
         zones[0].hotplug_size, config.hotplug_size = config.hotplug_size, None
     config.size = 0
-    config.hugepages = config.hugepage_size = None
+    config.hugepages = config.hugepage_size = config.prefault = None
     config.zones = zones
     t.config.numa = [NumaConfig(guest_numa_id=cell.guest_id, cpus=list(cell.vcpus), memory_zones=[zone.id],
                                 distances=[NumaDistance(destination=d, distance=v) for d, v in cell.distances] or None)
@@ -185,6 +192,7 @@ def _hugepages(t: Translation, config: MemoryConfig) -> int:
         return 0
     config.hugepages = True
     config.hugepage_size = page
+    config.prefault = True  # the pool's pages at boot, as libvirt preallocates them (module docstring)
     return page
 
 

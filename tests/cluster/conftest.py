@@ -1,7 +1,9 @@
 """Fixtures of the cluster suite (how to use them: tests/cluster/node.py). Every test in this
-directory is marked `cluster` and gets 900 s: the first test that asks for the cluster pays for
-building the images (about 4 minutes from a clean checkout, seconds once podman's layers and the
-base root filesystem are in build/) and starting the cluster (about a minute), which overlap.
+directory is marked `cluster` and gets 900 s for itself (`func_only`): its fixtures are bounded by
+their own steps' timeouts instead, since the first test that asks for the cluster waits for the
+images to build (about 4 minutes from a clean checkout on a quiet machine, 14 at a load of 30;
+seconds once podman's layers and the base root filesystem are in build/) and the cluster to start
+(about a minute), which overlap, and a module's node02 or node03 starts in its first test's setup.
 
 Under pytest-xdist (`--dist loadgroup`, as `make test` runs) they are all in the group `cluster`,
 so one worker starts the one cluster and runs them in file order."""
@@ -28,7 +30,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     mine = [item for item in items if HERE in pathlib.Path(str(item.fspath)).resolve().parents]
     for item in mine:
         item.add_marker(pytest.mark.cluster)
-        item.add_marker(pytest.mark.timeout(900))
+        item.add_marker(pytest.mark.timeout(900, func_only=True))
         item.add_marker(pytest.mark.xdist_group("cluster"))
     result = yield
     skip_where_the_group_was_lost(config, mine)

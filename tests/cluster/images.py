@@ -5,23 +5,30 @@
   is a Debian bookworm base made here with mmdebstrap (python3, its venv module, `python` as in
   the python images) and imported into podman; `VMM_ASSETS` holds `../shared/vmm/cloud-hypervisor`
   and the tiny guest of `tests/guest/` as both firmware files (every BIOS or EFI VMI boots it).
-- **KubeVirt's launcher image** (virt-controller's `--launcher-image`, which renders the launcher
-  pod's containers other than `compute`: `guest-console-log` runs `/usr/bin/virt-tail`,
-  `container-disk-binary` copies `/usr/bin/container-disk` with `/usr/bin/cp`): the same Debian
-  base with KubeVirt's own `virt-tail` and `container-disk` from `../shared/kubevirt`, written with
-  `../shared/k8s/oci-archive.py`. Nothing else of virt-launcher is in it: a VMI without the
-  add-on's annotation cannot start its `virt-launcher-monitor`.
-- **a containerDisk** `localhost/kubevirt-ch/disk:1`: `/disk/disk.img`, 1 MiB of raw zeros (the tiny
-  guest reads no disk; KubeVirt mounts it and the launcher puts a qcow2 overlay over it).
+- **KubeVirt's launcher image** (virt-controller's `--launcher-image`): KubeVirt's own, QEMU and
+  libvirt with KubeVirt's launcher binaries, built by `../shared/kubevirt/qemu-launcher/build-image.sh`
+  (`qemu_launcher.py`, cached under `build/cluster/`). VMIs without the add-on's annotation run on
+  QEMU in it; it also renders the launcher pod's containers other than `compute` for annotated ones
+  (`guest-console-log` runs `/usr/bin/virt-tail`, `container-disk-binary` copies
+  `/usr/bin/container-disk` with `/usr/bin/cp`).
+- **a containerDisk** `localhost/kubevirt-ch/disk:1`: `/disk/disk.img`, 1 MiB whose first sector is
+  `bootsector.S` (`bootdisk.py`): SeaBIOS boots it on QEMU, where it prints a line and powers off
+  on the ACPI button; Cloud Hypervisor VMIs boot the tiny guest as firmware and read no disk (the
+  launcher puts a qcow2 overlay over it).
 
 Everything lives under `build/` (ignored by git): podman's storage of its own (`build/cluster/podman`,
 so the machine's `/var/lib/containers` is never touched), the base root filesystem (kept and reused:
-mmdebstrap takes about a minute), the archives. `podman build` reuses its layers, so a rebuild with
-unchanged sources takes seconds. A file lock serialises concurrent builds of one checkout.
+mmdebstrap takes about a minute), the archives. Only podman's run root (its locks and transient
+state), whose path podman refuses above 50 characters, lives outside it: `short_runroot()`, a
+directory under /tmp named after the storage, so that a checkout at any depth builds. `podman build`
+reuses its layers, so a rebuild with unchanged sources takes seconds; KubeVirt's launcher image,
+when its archive is not kept yet, builds beside the others (its own mmdebstrap and podman storage).
+A file lock serialises concurrent builds of one checkout.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
 import hashlib
@@ -36,6 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.apiserver.cluster import Cluster
+from tests.cluster import qemu_launcher
+from tests.cluster.bootdisk import boot_disk
+from tests.cluster.podman_runroot import short_runroot
 from tests.guest.build import guest_payload, missing_tools
 from tests.real_vmm import SHARED, SHARED_CH
 
@@ -64,7 +74,7 @@ def missing() -> str | None:
             return f"{tool} is not installed (Debian package {package}; `make test` installs it as root)"
     if not SHARED_CH.exists():
         return f"{SHARED_CH} is absent: ../shared is not beside this checkout"
-    return missing_tools()
+    return qemu_launcher.missing() or missing_tools()
 
 
 @dataclass(frozen=True)
@@ -124,14 +134,27 @@ class Builder:
         self.build_dir = build
         self.images_dir = images_dir
         storage = build / "podman"
-        self.podman = ["podman", "--root", str(storage / "root"), "--runroot", str(storage / "runroot")]
+        self.storage_root = storage / "root"
+        self.podman = ["podman", "--root", str(self.storage_root), "--runroot", str(short_runroot(storage))]
 
     def build(self) -> Images:
-        with _locked():
+        with _locked(), concurrent.futures.ThreadPoolExecutor(1) as pool:
+            virt_launcher = pool.submit(self.virt_launcher_image)  # a storage of its own: built beside the rest
+            self.adopt_storage()
             rootfs = self.base_rootfs()
             self.base_image(rootfs)
             launcher, admission = self.addon_images()
-            return Images(launcher, admission, self.virt_launcher_image(rootfs), self.disk_image())
+            return Images(launcher, admission, virt_launcher.result(), self.disk_image())
+
+    def adopt_storage(self) -> None:
+        """A storage an earlier build made with another run root (its database records it, and
+        podman refuses it: "database configuration mismatch") gets a new database: it holds
+        the state of containers, of which a build keeps none; the images and layers stay."""
+        proc = subprocess.run([*self.podman, "images", "--quiet"], capture_output=True, text=True, timeout=300,
+                              check=False)
+        if proc.returncode != 0 and "database configuration mismatch" in proc.stderr:
+            (self.storage_root / "libpod" / "bolt_state.db").unlink(missing_ok=True)
+            _run([*self.podman, "images", "--quiet"], timeout=300)
 
     # --- the base: Debian bookworm with python3 --------------------------------------------
 
@@ -197,16 +220,10 @@ class Builder:
         _run(["python3", str(SHARED_K8S / "oci-archive.py"), "-n", name, "-o", str(out), *args], timeout=300)
         return read_archive(out)
 
-    def virt_launcher_image(self, rootfs: Path, name: str | None = None) -> Archive:
-        binaries = {tool: _run(["bash", str(UNPACK), f"kubevirt/{tool}"]).strip()
-                    for tool in ("virt-tail", "container-disk")}
-        return self._oci_archive(name or Cluster.launcher_image(), self.build_dir / "virt-launcher.oci.tar",
-                                 "--layer", str(rootfs),
-                                 *(f"--add={path}:/usr/bin/{tool}:755" for tool, path in binaries.items()))
+    def virt_launcher_image(self, name: str | None = None) -> Archive:
+        path = qemu_launcher.build(self.build_dir, name or Cluster.launcher_image())
+        return read_archive(path)
 
     def disk_image(self) -> Archive:
-        disk = self.build_dir / "disk.img"
-        with open(disk, "wb") as f:
-            f.truncate(1 << 20)
-        return self._oci_archive(DISK_IMAGE, self.build_dir / "disk.oci.tar", f"--add={disk}:/disk/disk.img:644")
+        return self._oci_archive(DISK_IMAGE, self.build_dir / "disk.oci.tar", f"--add={boot_disk()}:/disk/disk.img:644")
 

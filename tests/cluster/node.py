@@ -7,7 +7,8 @@ virt-handler). `start()` sets it up in the order a user would have it:
 
 1. the control plane, with a KubeVirt CR as virt-operator would leave it (imagePullPolicy
    IfNotPresent, as for images that were loaded rather than pulled; the ImageVolume feature gate
-   off: containerd 1.6 cannot mount image volumes, so containerDisks run as containers);
+   off: containerd 1.6 cannot mount image volumes, so containerDisks run as containers; the
+   CPUManager gate on, as a cluster with dedicated-CPU nodes has it);
 2. the node, its virt-controller configured with KubeVirt's launcher image name;
 3. the images (`images.py`) loaded into the node's containerd with `node-import.sh`, as a
    registry pull leaves them;
@@ -44,9 +45,12 @@ from tests.cluster.watch import Watch
 from tests.manifests.render import REPO
 from tests.netns import pid_alive, sweep_stale_namespaces
 
-# virt-operator's CR for a cluster whose images were loaded onto the nodes (see the module docstring)
+# virt-operator's CR for a cluster whose images were loaded onto the nodes (see the module docstring),
+# with the feature gate CPUManager: virt-handler labels a node whose kubelet runs the static CPU
+# manager `cpumanager=true` only then (tests/cluster/test_dedicated_node.py)
 KUBEVIRT_SPEC: dict[str, Any] = {"imagePullPolicy": "IfNotPresent",
-                                 "configuration": {"developerConfiguration": {"disabledFeatureGates": ["ImageVolume"]}}}
+                                 "configuration": {"developerConfiguration": {"disabledFeatureGates": ["ImageVolume"],
+                                                                              "featureGates": ["CPUManager"]}}}
 # virt-handler's --port (defaultPort, cmd/virt-handler/virt-handler.go@d923fdb815cd), where it serves /metrics
 VIRT_HANDLER_PORT = 8185
 # virtctl built without version ldflags prints this about virt-api's version (../shared/k8s/README.md)
@@ -409,6 +413,13 @@ class NodeCluster(Cluster):
                 found.setdefault(Path(f"/proc/{pid}/comm").read_text().strip(), []).append(int(pid))
         return found
 
+    def ch_launcher(self, pod: dict[str, Any]) -> int:
+        """The host PID of the ch-launcher of `pod`: of the compute container's two `ch-launcher`
+        processes, the child of the other (its monitor, the container's first process)."""
+        ours = self.processes(pod)["ch-launcher"]
+        (launcher,) = [pid for pid in ours if parent_pid(pid) in ours]
+        return launcher
+
     def serial_log(self, pod: dict[str, Any]) -> str:
         """What the pod's `guest-console-log` container (KubeVirt's virt-tail) printed: the guest's serial log."""
         return self.ok("logs", pod["metadata"]["name"], "-c", "guest-console-log")
@@ -460,6 +471,11 @@ class NodeCluster(Cluster):
         if len(found) != 1:
             raise ClusterError(f"{len(found)} processes named {comm} in {container} of {pod['metadata']['name']}")
         return found[0]
+
+
+def parent_pid(pid: int) -> int:
+    """The parent of host process `pid` (/proc/PID/stat)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def archive_reference(archive: Archive) -> str:

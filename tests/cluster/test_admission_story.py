@@ -19,9 +19,10 @@ def test_a_refused_vm_prints_what_the_readme_shows(node_cluster: NodeCluster):
 
 
 def test_a_vmi_without_the_annotation_is_left_to_kubevirt(node_cluster: NodeCluster):
-    """Its pod keeps virt-launcher (which the stand-in image does not have: the VMI never runs
-    here) with KubeVirt's overhead and its vhost-net request, so on this node, which has no
-    /dev/vhost-net, it stays Pending, as any QEMU VMI with a NIC would."""
+    """A virtio NIC: its pod keeps virt-launcher with KubeVirt's overhead and its vhost-net request,
+    so on this node, which has no /dev/vhost-net, it stays Pending, as any QEMU VMI with a virtio
+    NIC would here. (One that QEMU can run here, running beside Cloud Hypervisor VMIs:
+    test_beside_qemu.py.)"""
     plain = annotated_vmi("plain")
     del plain["metadata"]["annotations"]
     r = node_cluster.kubectl("create", "-f", "-", input=node_cluster.yaml(plain))

@@ -68,7 +68,7 @@ def vmm_info(node_cluster: NodeCluster, pod: dict[str, Any]) -> dict[str, Any]:
 
 def test_every_volume_the_node_gives_is_a_disk_of_the_vm(node_cluster: NodeCluster,
                                                          running: tuple[dict[str, Any], dict[str, Any]]):
-    vmi, pod = running
+    _vmi, pod = running
     disks = vmm_info(node_cluster, pod)["config"]["disks"]
     by_id = {d["id"]: d for d in disks}
     expected = ["containerdisk", "cloudinitdisk", *ISO_VOLUMES, "scratch"]
@@ -76,9 +76,13 @@ def test_every_volume_the_node_gives_is_a_disk_of_the_vm(node_cluster: NodeClust
     for name in ("cloudinitdisk", *ISO_VOLUMES):
         assert by_id[name]["readonly"] and by_id[name]["path"].endswith(".iso"), by_id[name]
     assert not by_id["scratch"].get("readonly"), by_id["scratch"]
-    # virt-handler's volume status names each volume's target in the guest, from the launcher's Domain
-    targets = {v["name"]: v.get("target") for v in vmi["status"]["volumeStatus"]}
-    assert sorted(targets) == sorted(expected) and all(t and t.startswith("vd") for t in targets.values()), targets
+    # virt-handler's volume status names each volume's target in the guest, from the launcher's
+    # Domain (in an update of its own, maybe after Ready)
+    def targets() -> dict[str, str | None]:
+        return {v["name"]: v.get("target") for v in node_cluster.json("get", "vmi", NAME)["status"]["volumeStatus"]}
+    node_cluster.wait_for(lambda: sorted(targets()) == sorted(expected) and all(targets().values()),
+                          "every volume's target in the VMI's status", timeout=60)
+    assert all(t and t.startswith("vd") for t in targets().values()), targets()
 
 
 def test_a_tpm_is_the_launchers_swtpm_behind_the_vmms_crb_tpm(node_cluster: NodeCluster,

@@ -10,6 +10,7 @@ until it is back."""
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import signal
 import time
@@ -21,7 +22,7 @@ import pytest
 
 from tests.apiserver.cluster import ClusterError
 from tests.cluster.images import LAUNCHER_IMAGE
-from tests.cluster.node import NodeCluster
+from tests.cluster.node import NodeCluster, parent_pid
 from tests.cluster.objects import annotated_vm, annotated_vmi
 
 MiB = 1 << 20
@@ -37,6 +38,16 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def ready(vmi: dict[str, Any]) -> bool:
+    return conditions(vmi).get("Ready") == "True" and vmi.get("status", {}).get("phase") == "Running"
+
+
+def vm_row(cluster: NodeCluster, name: str) -> list[str]:
+    """`kubectl get vm NAME`'s row, split into its columns."""
+    (row,) = cluster.ok("get", "vm", name).splitlines()[1:]
+    return row.split()
+
+
 def conditions(vmi: dict[str, Any]) -> dict[str, str]:
     return {c["type"]: c["status"] for c in vmi.get("status", {}).get("conditions", [])}
 
@@ -44,6 +55,17 @@ def conditions(vmi: dict[str, Any]) -> dict[str, str]:
 def events_of(cluster: NodeCluster, uid: str) -> set[tuple[str, str, str]]:
     found = cluster.json("get", "events", "--field-selector", f"involvedObject.uid={uid}")["items"]
     return {(e["type"], e["reason"], e["message"]) for e in found}
+
+
+def events_once(cluster: NodeCluster, uid: str, *reasons: str) -> set[tuple[str, str, str]]:
+    """The object's events once there is one of each of `reasons` (a component records its events
+    apart from, and after, the status it writes)."""
+    def recorded() -> set[tuple[str, str, str]] | None:
+        events = events_of(cluster, uid)
+        return events if set(reasons) <= {reason for _, reason, _ in events} else None
+    found: set[tuple[str, str, str]] = cluster.wait_for(recorded, f"events {', '.join(reasons)}", timeout=60,
+                                                         every=0.5)
+    return found
 
 
 @pytest.fixture
@@ -84,7 +106,7 @@ def test_virt_handler_restarting_finds_both_launchers_again_and_the_guests_run_o
     names = ("f-handler-a", "f-handler-b")
     before = fresh(*names)
     offset = len(node_cluster.node_log("virt-handler"))
-    watch = node_cluster.watch("vmi", *names)
+    watch = node_cluster.watch("vmi")  # all of them: kubectl watches one name at most
     try:
         print("\n" + node_cluster.kill("virt-handler"))
 
@@ -129,7 +151,10 @@ def test_kubelet_and_containerd_restarting_leave_the_vmi_running(node_cluster: N
         pod_watch.close()
     assert set(vmi_watch.seen()) == {"Running"}, vmi_watch.rows
     assert set(pod_watch.seen()) == {"Running"}, pod_watch.rows
-    now = node_cluster.json("get", "pod", name)
+    def reported_ready() -> dict[str, Any] | None:  # by the new kubelet, once it has synced the pod
+        pod_now: dict[str, Any] = node_cluster.json("get", "pod", name)
+        return pod_now if all(s["ready"] for s in pod_now["status"]["containerStatuses"]) else None
+    now = node_cluster.wait_for(reported_ready, "the new kubelet to report the pod ready", timeout=60)
     assert {s["name"]: s["containerID"] for s in now["status"]["containerStatuses"]} == statuses
     assert all(s["restartCount"] == 0 and s["ready"] for s in now["status"]["containerStatuses"])
     ids = {cid.split("://", 1)[1] for cid in statuses.values()}
@@ -155,14 +180,15 @@ def test_a_killed_cloud_hypervisor_fails_the_vmi_and_its_vm_starts_a_new_one(nod
             failed = time.monotonic() - killed
 
             def replaced() -> dict[str, Any] | None:
-                vmi = node_cluster.wait_for_vmi(name, ready=True, timeout=60)
-                return vmi if vmi["metadata"]["uid"] != uid else None
-            second = node_cluster.wait_for(replaced, "the VM to run a new VMI", timeout=90)
+                r = node_cluster.kubectl("get", "vmi", name, "-o", "json")
+                vmi = json.loads(r.out) if r.rc == 0 else None
+                return vmi if vmi is not None and vmi["metadata"]["uid"] != uid and ready(vmi) else None
+            second = node_cluster.wait_for(replaced, "the VM to run a new VMI", timeout=180, every=0.5)
             running_again = time.monotonic() - killed
         finally:
             watch.close()
         print(f"\ncloud-hypervisor SIGKILLed -> VMI Failed {failed:.1f} s, new VMI Ready {running_again:.1f} s")
-        events = events_of(node_cluster, uid)
+        events = events_once(node_cluster, uid, "Stopped", "VMMCrashed")
         assert CRASHED in events, events
         crash = f"cloud-hypervisor (pid {vmm_pid_in_pod(events)}) was killed by SIGKILL while the VM was running"
         assert ("Warning", "VMMCrashed", crash) in events, events
@@ -172,8 +198,9 @@ def test_a_killed_cloud_hypervisor_fails_the_vmi_and_its_vm_starts_a_new_one(nod
         node_cluster.wait_for(lambda: node_cluster.kubectl("get", "pod", gone).rc != 0, "the old pod to go", timeout=60)
         node_cluster.wait_for(lambda: not node_cluster.containers_of(gone), "containerd to forget the old pod",
                               timeout=90, every=2)
-        (row,) = node_cluster.ok("get", "vm", name).splitlines()[1:]
-        assert row.split()[2:4] == ["Running", "True"], row
+        # the VM's status follows its new VMI (virt-controller writes it after the VMI's)
+        node_cluster.wait_for(lambda: vm_row(node_cluster, name)[2:4] == ["Running", "True"],
+                              "the VM to show Running and Ready", timeout=60)
     finally:
         node_cluster.kubectl("delete", "vm", name, "--ignore-not-found", "--wait=false")
 
@@ -182,10 +209,6 @@ def vmm_pid_in_pod(events: set[tuple[str, str, str]]) -> str:
     """The VMM's PID in the pod's PID namespace, as the launcher's VMMCrashed event names it."""
     (message,) = [m for _, reason, m in events if reason == "VMMCrashed"]
     return message.split("(pid ", 1)[1].split(")", 1)[0]
-
-
-def parent_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def test_a_killed_launcher_takes_its_vmm_with_it_and_the_vmi_fails_at_once(node_cluster: NodeCluster, fresh):
@@ -199,9 +222,9 @@ def test_a_killed_launcher_takes_its_vmm_with_it_and_the_vmi_fails_at_once(node_
     uid, name = vmi["metadata"]["uid"], pod["metadata"]["name"]
     processes = node_cluster.processes(pod)
     (vmm,) = processes["cloud-hyperviso"]
-    (launcher,) = [pid for pid in processes["ch-launcher"] if parent_of(pid) in processes["ch-launcher"]]
+    launcher = node_cluster.ch_launcher(pod)
     (monitor,) = set(processes["ch-launcher"]) - {launcher}
-    assert (parent_of(launcher), parent_of(vmm)) == (monitor, launcher)
+    assert (parent_pid(launcher), parent_pid(vmm)) == (monitor, launcher)
     watch = node_cluster.watch("vmi", "f-launcher-kill", columns="UID:.metadata.uid,PHASE:.status.phase")
     pod_watch = node_cluster.watch("pod", name, columns="NAME:.metadata.name,PHASE:.status.phase")
     try:
@@ -221,17 +244,14 @@ def test_a_killed_launcher_takes_its_vmm_with_it_and_the_vmi_fails_at_once(node_
     compute = next(s for s in node_cluster.json("get", "pod", name)["status"]["containerStatuses"]
                    if s["name"] == "compute")
     assert compute["state"]["terminated"]["exitCode"] == 128 + signal.SIGKILL
-    def both_events() -> set[tuple[str, str, str]] | None:  # virt-handler records them asynchronously
-        found = events_of(node_cluster, uid)
-        return found if CRASHED in found and any(reason == "LauncherCrashed" for _, reason, _ in found) else None
     try:
-        events = node_cluster.wait_for(both_events, "virt-handler's Stopped and the monitor's LauncherCrashed events")
+        events = events_once(node_cluster, uid, "Stopped", "LauncherCrashed")
     except ClusterError as e:
         log = node_cluster.kubectl("logs", name, "-c", "compute").out[-4000:]
         raise AssertionError(f"{e}: {events_of(node_cluster, uid)}\nthe compute container's log:\n{log}") from None
     said = (f"ch-launcher (pid {launcher_pid_in_pod(events)}) was killed by signal 9 while the VM was running; "
             "the VM is gone")
-    assert ("Warning", "LauncherCrashed", said) in events, events
+    assert CRASHED in events and ("Warning", "LauncherCrashed", said) in events, events
     assert not set(node_cluster.containers_of(name)) & node_cluster.running_tasks()
 
 
@@ -247,16 +267,46 @@ WEBHOOK_DOWN = ('Error from server (InternalError): error when creating "STDIN":
                 '"ch-admission"')
 
 
+ADMISSION = ("-n", "kubevirt-ch")
+ADMISSION_PODS = ("get", "pods", *ADMISSION, "-l", "app.kubernetes.io/name=ch-admission")
+
+
+def admission_endpoints(cluster: NodeCluster) -> set[str]:
+    """The pods the add-on's Service sends requests to: the ready endpoints of its EndpointSlices
+    (what the API server dials for the webhooks), by pod name."""
+    slices = cluster.json("get", "endpointslices", *ADMISSION, "-l", "kubernetes.io/service-name=ch-admission")
+    return {e.get("targetRef", {}).get("name", "") for s in slices["items"] for e in s.get("endpoints") or []
+            if e.get("conditions", {}).get("ready")}
+
+
+def admission_pods(cluster: NodeCluster) -> dict[str, dict[str, Any]]:
+    """The add-on's server pods, by name (terminating ones too)."""
+    return {p["metadata"]["name"]: p for p in cluster.json(*ADMISSION_PODS)["items"]}
+
+
+def serving(pod: dict[str, Any]) -> bool:
+    """Not being deleted, and ready (its readiness probe passed)."""
+    return not pod["metadata"].get("deletionTimestamp") and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+
+
+def wait_for_admission(cluster: NodeCluster, replicas: int, timeout: float = 180) -> None:
+    """Until the webhooks' callers see `replicas` pods of the add-on's server: that many pods,
+    none terminating, all ready and all behind the Service (0: no pod and no endpoint left)."""
+    def settled() -> bool:
+        pods = admission_pods(cluster)
+        ready = {name for name, pod in pods.items() if serving(pod)}
+        return len(pods) == len(ready) == replicas and admission_endpoints(cluster) == ready
+    cluster.wait_for(settled, f"{replicas} ready pods of the add-on's server behind its Service", timeout=timeout,
+                     every=0.5)
+
+
 def scale_admission(cluster: NodeCluster, replicas: int) -> None:
-    cluster.ok("-n", "kubevirt-ch", "scale", "deployment/ch-admission", f"--replicas={replicas}")
-    if replicas:
-        run = cluster.kubectl("-n", "kubevirt-ch", "rollout", "status", "deployment/ch-admission", "--timeout=180s",
-                              timeout=200)
-        assert run.rc == 0, run.out
-    else:
-        cluster.wait_for(lambda: not cluster.json("get", "pods", "-n", "kubevirt-ch", "-l",
-                                                  "app.kubernetes.io/name=ch-admission")["items"],
-                         "the add-on's pods to go", timeout=60)
+    """Scale the add-on's Deployment and wait for what the webhooks' callers see
+    (`wait_for_admission`: a rollout that Kubernetes reports done may not be in the Service's
+    endpoints yet, and pods that are gone may still be)."""
+    cluster.ok(*ADMISSION, "scale", "deployment/ch-admission", f"--replicas={replicas}")
+    wait_for_admission(cluster, replicas)
 
 
 def test_with_the_admission_server_down_annotated_vmis_are_refused_and_running_ones_carry_on(
@@ -297,43 +347,44 @@ def test_with_the_admission_server_down_annotated_vmis_are_refused_and_running_o
 
 
 def test_a_rollout_restart_of_the_admission_server_refuses_and_misses_nothing(node_cluster: NodeCluster):
-    """A bounded loop creates annotated VMIs, one after the other, while the Deployment replaces
-    both replicas (maxUnavailable 0, readiness probes): every create is admitted and every launcher
-    pod is mutated. The VMIs are pinned to a node that does not exist, so that they cost no CPU
-    while the new replicas start: the webhooks act at creation, not at scheduling."""
-    old = {p["metadata"]["name"] for p in node_cluster.json(
-        "get", "pods", "-n", "kubevirt-ch", "-l", "app.kubernetes.io/name=ch-admission")["items"]}
+    """A loop creates annotated VMIs, one after the other, while the Deployment replaces both
+    replicas (maxUnavailable 0, readiness probes), until the Service sends requests only to the
+    two new pods and no old pod is left: every create is admitted and every launcher pod is
+    mutated. The VMIs are pinned to a node that does not exist, so that they cost no CPU while the
+    new replicas start: the webhooks act at creation, not at scheduling. The rollout's end is read
+    from the pods and the Service's endpoints, not the Deployment's counters (under load the
+    Deployment reported two available while an old pod was not yet terminating)."""
+    old = set(admission_pods(node_cluster))
     created: list[str] = []
     refused: list[str] = []
     during = 0
+
+    def replaced() -> bool:
+        pods = admission_pods(node_cluster)
+        ready = {name for name, pod in pods.items() if serving(pod)}
+        return not set(pods) & old and len(ready) == len(pods) == 2 and admission_endpoints(node_cluster) == ready
     try:
-        node_cluster.ok("-n", "kubevirt-ch", "rollout", "restart", "deployment/ch-admission")
+        node_cluster.ok(*ADMISSION, "rollout", "restart", "deployment/ch-admission")
         start = time.monotonic()
-        while len(created) + len(refused) < 60:
+        while True:
             name = f"f-roll-{len(created) + len(refused)}"
             vmi = annotated_vmi(name)
             vmi["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "nowhere"}
             r = node_cluster.kubectl("create", "-f", "-", input=node_cluster.yaml(vmi))
             (created if r.rc == 0 else refused).append(name if r.rc == 0 else r.out)
-            deployment = node_cluster.json("get", "deployment", "ch-admission", "-n", "kubevirt-ch")
-            status = deployment["status"]
-            done = (status.get("updatedReplicas") == status.get("availableReplicas") == status.get("replicas") == 2
-                    and status["observedGeneration"] >= deployment["metadata"]["generation"])
-            if done:
+            if replaced():
                 break
             during += 1
+            assert time.monotonic() - start < 300 and len(created) + len(refused) < 200, \
+                f"the rollout did not end: {admission_pods(node_cluster).keys()}, {admission_endpoints(node_cluster)}"
         rollout = time.monotonic() - start
         assert refused == []
-        now = {p["metadata"]["name"] for p in node_cluster.json(
-            "get", "pods", "-n", "kubevirt-ch", "-l", "app.kubernetes.io/name=ch-admission")["items"]
-            if not p["metadata"].get("deletionTimestamp")}
-        assert len(now) == 2 and not now & old  # both replicas were replaced while the loop ran
 
         def pods_mutated() -> bool:
             pods = node_cluster.json("get", "pods", "-l", "kubevirt.io=virt-launcher")["items"]
             mine = {p["metadata"]["labels"].get("vmi.kubevirt.io/id"): p for p in pods}
             return all(n in mine for n in created)
-        node_cluster.wait_for(pods_mutated, "a launcher pod for every VMI", timeout=60)
+        node_cluster.wait_for(pods_mutated, "a launcher pod for every VMI", timeout=120)
         pods = node_cluster.json("get", "pods", "-l", "kubevirt.io=virt-launcher")["items"]
         images = {p["metadata"]["labels"].get("vmi.kubevirt.io/id"):
                   next(c["image"] for c in p["spec"]["containers"] if c["name"] == "compute") for p in pods}
@@ -347,8 +398,7 @@ def test_a_rollout_restart_of_the_admission_server_refuses_and_misses_nothing(no
     finally:
         if created:
             node_cluster.kubectl("delete", "vmi", *created, "--ignore-not-found", "--wait=false")
-        node_cluster.kubectl("-n", "kubevirt-ch", "rollout", "status", "deployment/ch-admission", "--timeout=180s",
-                             timeout=200)
+        wait_for_admission(node_cluster, 2, timeout=240)
 
 
 def rss(pid: int) -> int:
@@ -374,7 +424,7 @@ def test_a_guest_flooding_its_console_leaves_the_launchers_memory_flat_and_the_c
     was, with a client attached and without, and `virtctl console` connects in the middle of the
     flood and stops it. (The log's rotation at 2 MiB: tests/functional/test_console.py.)"""
     ((vmi, pod),) = fresh("f-flood")
-    (launcher,) = node_cluster.processes(pod)["ch-launcher"]
+    launcher = node_cluster.ch_launcher(pod)
     samples: list[int] = []
 
     def sample_for(seconds: float) -> None:

@@ -21,7 +21,7 @@ import datetime
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -63,6 +63,23 @@ def vmi_row(cluster: NodeCluster, name: str) -> dict[str, str]:
 def events_of(cluster: NodeCluster, uid: str) -> list[tuple[str, str, str]]:
     items = cluster.json("get", "events", "--field-selector", f"involvedObject.uid={uid}")["items"]
     return [(e["type"], e["reason"], e["message"]) for e in items]
+
+
+def wait_for_event(cluster: NodeCluster, uid: str, event: tuple[str, str, str]) -> None:
+    """Until the object `uid` has `event` (its component records it apart from the status it wrote)."""
+    cluster.wait_for(lambda: event in events_of(cluster, uid), f"the event {event}", timeout=60, every=0.5)
+
+
+def wait_for_vmi(cluster: NodeCluster, vmi: str, state: Callable[[dict[str, Any], dict[str, str]], bool],
+                 what: str) -> dict[str, Any]:
+    """VMI `vmi` (its object and `kubectl get vmi -o wide`'s row) once `state` holds for them:
+    after a migration the VMI's status is written by virt-controller and both virt-handlers, each
+    in its own update, and later than the migration object's."""
+    def reached() -> dict[str, Any] | None:
+        found = cluster.json("get", "vmi", vmi)
+        return found if state(found, vmi_row(cluster, vmi)) else None
+    found: dict[str, Any] = cluster.wait_for(reached, what, timeout=60, every=0.5)
+    return found
 
 
 def serial_log(cluster: NodeCluster, pod: str, *, until: str = "KCH-GUEST-READY", timeout: float = 30) -> str:
@@ -242,14 +259,15 @@ def test_virtctl_migrate_goes_to_node02_and_fails_at_the_switch_over_leaving_the
         reason = state["failureReason"]
         assert reason.startswith("Live migration failed: ") and "GetNestedState" in reason, reason
         # the VMI: Running on node01 in the same pod, its status and events naming the launcher's reason
-        vmi = node_cluster.json("get", "vmi", VM)
-        assert vmi["status"]["migrationState"]["migrationUid"] == migration_uid
-        assert vmi["status"]["migrationState"]["failureReason"] == reason
-        row = vmi_row(node_cluster, VM)
-        assert (row["PHASE"], row["NODENAME"], row["READY"], row["LIVE-MIGRATABLE"]) == (
-            "Running", SOURCE, "True", "True"), row
-        assert ("Warning", "Migrated", f"VirtualMachineInstance migration uid {migration_uid} failed. reason:{reason}"
-                ) in events_of(node_cluster, uid)
+        wait_for_vmi(node_cluster, VM, lambda vmi, row, migration_uid=migration_uid: (
+            vmi["status"].get("migrationState", {}).get("migrationUid") == migration_uid
+            and (row["PHASE"], row["NODENAME"], row["READY"], row["LIVE-MIGRATABLE"]) == ("Running", SOURCE, "True",
+                                                                                         "True")),
+            f"the VMI to show migration {attempt} failed, Running and Ready on {SOURCE}")
+        assert node_cluster.json("get", "vmi", VM)["status"]["migrationState"]["failureReason"] == reason
+        wait_for_event(node_cluster, uid, ("Warning", "Migrated",
+                                           (f"VirtualMachineInstance migration uid {migration_uid} failed. "
+                                           f"reason:{reason}")))
         # the target pod: on node02, prepared, received the memory, then told to clean up (it ends
         # as virt-launcher's does on that signal: a panic's exit code 2), nothing of it running
         target = state["targetPod"]
@@ -321,19 +339,22 @@ def test_virtctl_migrate_cancel_of_a_migration_in_flight_leaves_the_vm_running_o
         # virtctl deletes the migration; virt-handler asks the source launcher to abort it first
         node_cluster.wait_for(lambda: node_cluster.kubectl("get", "vmim", vmim["metadata"]["name"]).rc != 0,
                               "the cancelled migration to go", timeout=120, every=1)
-        state = node_cluster.json("get", "vmi", VM)["status"]["migrationState"]
+        # the VMI's migration state once the abort and its outcome are both in it (written in
+        # updates of their own, after the migration object went)
+        vmi = wait_for_vmi(node_cluster, VM, lambda vmi, row: (
+            (state := vmi["status"].get("migrationState", {})).get("migrationUid") == migration_uid
+            and state.get("abortStatus") == "Succeeded" and state.get("failed") is True
+            and (row["PHASE"], row["NODENAME"], row["READY"]) == ("Running", SOURCE, "True")),
+            "the VMI to show the migration aborted, Running and Ready on node01")
+        state = vmi["status"]["migrationState"]
         node_cluster.wait_for(lambda: node_cluster.json("get", "pod", state["targetPod"])["status"]["phase"]
                               == "Failed", "the target pod to end", timeout=60)
         assert running_pods(node_cluster, VM) == [(source, SOURCE)]
-        assert (state["migrationUid"], state["abortRequested"], state["abortStatus"], state["failed"],
-                state["failureReason"], state["migrationPolicyName"]) == (
-            migration_uid, True, "Succeeded", True, "Live migration has been aborted", "slow"), state
-        events = events_of(node_cluster, uid)
-        assert ("Normal", "Migrating", "VirtualMachineInstance is aborting migration.") in events
-        assert ("Warning", "Migrated", (f"VirtualMachineInstance migration uid {migration_uid} failed. "
-                "reason:Live migration has been aborted")) in events
-        row = vmi_row(node_cluster, VM)
-        assert (row["PHASE"], row["NODENAME"], row["READY"]) == ("Running", SOURCE, "True"), row
+        assert (state["abortRequested"], state["failureReason"], state["migrationPolicyName"]) == (
+            True, "Live migration has been aborted", "slow"), state
+        wait_for_event(node_cluster, uid, ("Normal", "Migrating", "VirtualMachineInstance is aborting migration."))
+        wait_for_event(node_cluster, uid, ("Warning", "Migrated", (f"VirtualMachineInstance migration uid "
+                                           f"{migration_uid} failed. reason:Live migration has been aborted")))
         log = launcher_log(node_cluster, source)
         assert f"Live migration {migration_uid} abort succeeded" in [e["msg"] for e in log]
         (cut,) = [e["msg"] for e in log if e["msg"].startswith("migration relay send ended: cut ")

@@ -17,7 +17,7 @@ import json
 import os
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,27 @@ def conditions(vmi: dict[str, Any]) -> dict[str, tuple[str, str]]:
     return {c["type"]: (c["status"], c.get("reason", "")) for c in vmi["status"].get("conditions", [])}
 
 
+def wait_for_vm_row(cluster: NodeCluster, status: str, ready: str) -> dict[str, str]:
+    """`kubectl get vm`'s row once it shows `status` and `ready`: virt-controller writes the VM's
+    status after the VMI's, so a VMI that is Ready (or gone) is not yet a VM that says so."""
+    def shown() -> dict[str, str] | None:
+        (row,) = table(cluster.ok("get", "vm", NAME))
+        return row if (row["STATUS"], row["READY"]) == (status, ready) else None
+    found: dict[str, str] = cluster.wait_for(shown, f"VM {NAME} to show {status}, ready {ready}", timeout=90)
+    return found
+
+
+def wait_for_vmi_state(cluster: NodeCluster, state: Callable[[dict[str, Any]], bool], what: str,
+                       timeout: float = 90) -> dict[str, Any]:
+    """The VMI once `state` holds for it (it may not exist yet, or still be an older one)."""
+    def reached() -> dict[str, Any] | None:
+        r = cluster.kubectl("get", "vmi", NAME, "-o", "json")
+        vmi: dict[str, Any] | None = json.loads(r.out) if r.rc == 0 else None
+        return vmi if vmi is not None and state(vmi) else None
+    found: dict[str, Any] = cluster.wait_for(reached, what, timeout=timeout, every=0.5)
+    return found
+
+
 @pytest.fixture(scope="module")
 def readme_vm(node_cluster: NodeCluster) -> Iterator[dict[str, Any]]:
     vm = use_vm()
@@ -79,7 +100,12 @@ def readme_vm(node_cluster: NodeCluster) -> Iterator[dict[str, Any]]:
 
 def test_the_readmes_vm_runs_on_cloud_hypervisor_in_a_pod_of_the_built_image(node_cluster: NodeCluster,
                                                                             readme_vm: dict[str, Any]):
-    vmi = node_cluster.wait_for_vmi(NAME, ready=True)
+    # what the rows below show, each written by its own component: Ready (virt-handler),
+    # LiveMigratable (virt-controller), the guest's address (virt-handler, from the Domain)
+    vmi = wait_for_vmi_state(node_cluster, lambda v: conditions(v).get("Ready", ("",))[0] == "True"
+                             and conditions(v).get("LiveMigratable", ("",))[0] == "True"
+                             and bool((v["status"].get("interfaces") or [{}])[0].get("ipAddress")),
+                             f"VMI {NAME} to be Ready and LiveMigratable with an address")
     pod = node_cluster.launcher_pod(vmi)
     FIRST.update(vmi=vmi["metadata"]["uid"], pod=pod["metadata"]["uid"])
     (row,) = table(node_cluster.ok("get", "vmi", NAME))
@@ -179,7 +205,9 @@ def test_virtctl_pause_and_unpause(node_cluster: NodeCluster):
     assert (row["PHASE"], row["READY"], row["PAUSED"]) == ("Running", "False", "True")
     r = node_cluster.virtctl("unpause", "vm", NAME)
     assert (r.rc, r.lines) == (0, [f"VMI {NAME} was scheduled to unpause"]), r.out
-    assert "Paused" not in conditions(node_cluster.wait_for_vmi(NAME, ready=True))
+    # virt-handler removes Paused and sets Ready in updates of their own
+    wait_for_vmi_state(node_cluster, lambda v: "Paused" not in conditions(v) and conditions(v)["Ready"][0] == "True",
+                       "the VMI to be unpaused and Ready")
     (row,) = table(node_cluster.ok("get", "vmi", NAME, "-o", "wide"))
     assert (row["PHASE"], row["READY"], row.get("PAUSED")) == ("Running", "True", None)
 
@@ -279,13 +307,12 @@ def test_virtctl_restart_runs_a_new_vmi(node_cluster: NodeCluster):
     r = node_cluster.virtctl("restart", NAME)
     assert (r.rc, r.lines) == (0, [f"VM {NAME} was scheduled to restart"]), r.out
 
-    def restarted() -> dict[str, Any] | None:
-        vmi = node_cluster.wait_for_vmi(NAME, ready=True, timeout=60)
-        return vmi if vmi["metadata"]["uid"] != before else None
-    vmi = node_cluster.wait_for(restarted, "a new VMI to run", timeout=90)
-    node_cluster.launcher_pod(vmi)  # one pod: the old one is gone
-    (row,) = table(node_cluster.ok("get", "vm", NAME))
-    assert (row["STATUS"], row["READY"]) == ("Running", "True")
+    vmi = wait_for_vmi_state(node_cluster, lambda v: v["metadata"]["uid"] != before
+                             and conditions(v).get("Ready", ("",))[0] == "True", "a new VMI to be Ready", timeout=180)
+    node_cluster.wait_for(lambda: len(node_cluster.json("get", "pods", "-l", f"vmi.kubevirt.io/id={NAME}")["items"])
+                          == 1, "the old pod to go", timeout=90)
+    node_cluster.launcher_pod(vmi)  # one pod: the new VMI's
+    wait_for_vm_row(node_cluster, "Running", "True")
 
 
 def test_virtctl_stop_stops_the_vm_and_its_pod_goes(node_cluster: NodeCluster):
@@ -296,8 +323,7 @@ def test_virtctl_stop_stops_the_vm_and_its_pod_goes(node_cluster: NodeCluster):
     node_cluster.wait_for(lambda: not node_cluster.json("get", "pods", "-l",
                                                         f"kubevirt.io/created-by={vmi['metadata']['uid']}")["items"],
                           "the launcher pod to go", timeout=90)
-    (row,) = table(node_cluster.ok("get", "vm", NAME))
-    assert (row["STATUS"], row["READY"]) == ("Stopped", "False")
+    wait_for_vm_row(node_cluster, "Stopped", "False")
 
 
 def test_virtctl_start_runs_it_again(node_cluster: NodeCluster):
@@ -308,5 +334,4 @@ def test_virtctl_start_runs_it_again(node_cluster: NodeCluster):
     assert compute["image"] == LAUNCHER_IMAGE
     errors, log = launcher_log_errors(node_cluster, node_cluster.launcher_pod(vmi))
     assert errors == [], log
-    (row,) = table(node_cluster.ok("get", "vm", NAME))
-    assert (row["STATUS"], row["READY"]) == ("Running", "True")
+    wait_for_vm_row(node_cluster, "Running", "True")

@@ -81,7 +81,8 @@ def test_a_guest_that_powers_off_leaves_its_vmi_succeeded_and_its_pod_completed(
     done = node_cluster.json("get", "pod", name)
     compute = next(s for s in done["status"]["containerStatuses"] if s["name"] == "compute")
     assert (compute["state"]["terminated"]["exitCode"], compute["state"]["terminated"]["reason"]) == (0, "Completed")
-    assert ("Normal", "Stopped", "The VirtualMachineInstance was shut down.") in vmi_events(node_cluster, vmi_obj)
+    assert wait_for_event(node_cluster, vmi_obj, "Stopped") == ("Normal", "Stopped",
+                                                                "The VirtualMachineInstance was shut down.")
     assert error_lines(node_cluster.ok("logs", name, "-c", "compute")) == []
 
 
@@ -102,7 +103,9 @@ def test_kubectl_delete_shuts_the_guest_down_gracefully_and_leaves_nothing_on_th
         node_cluster.wait_for(lambda: node_cluster.kubectl("get", "pod", name).rc != 0, "the launcher pod to go",
                               timeout=KUBEVIRT_GRACE_SECONDS)
         gone = time.monotonic() - start
-        assert node_cluster.kubectl("get", "vmi", "deleted").rc != 0
+        # the VMI goes once virt-controller has seen its pod go (its finalizer)
+        node_cluster.wait_for(lambda: node_cluster.kubectl("get", "vmi", "deleted").rc != 0, "the VMI to go",
+                              timeout=60)
         log = logs.communicate(timeout=30)[0]
     finally:
         if logs.poll() is None:

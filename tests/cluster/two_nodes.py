@@ -15,9 +15,11 @@ it started before raising.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tests.apiserver.cluster import ClusterError
+from tests.cluster.images import Archive, Images
 from tests.cluster.node import NodeCluster, archive_reference
 
 
@@ -25,14 +27,20 @@ class SecondNode:
     """node02 of the cluster (module docstring)."""
 
     def __init__(self, cluster: NodeCluster, name: str = "node02", ip: str = "10.250.0.2",
-                 pod_cidr: str = "10.244.1.0/24") -> None:
+                 pod_cidr: str = "10.244.1.0/24", *, kubelet_config: str = "",
+                 archives: Callable[[Images], Sequence[Archive]] = Images.all) -> None:
+        """`kubelet_config`: lines added to its KubeletConfiguration (node-up.sh's
+        KUBELET_CONFIG_EXTRA); `archives`: which of the cluster's images it gets."""
         self.cluster = cluster
         self.name, self.ip, self.pod_cidr = name, ip, pod_cidr
+        self.kubelet_config = kubelet_config
+        self.archives = archives
         self.up = False
 
     @property
     def env(self) -> dict[str, str]:
-        return {"NODE_NAME": self.name, "NODE_IP": self.ip, "POD_CIDR": self.pod_cidr}
+        env = {"NODE_NAME": self.name, "NODE_IP": self.ip, "POD_CIDR": self.pod_cidr}
+        return {**env, "KUBELET_CONFIG_EXTRA": self.kubelet_config} if self.kubelet_config else env
 
     @property
     def dir(self) -> Path:
@@ -48,10 +56,11 @@ class SecondNode:
         self.up = True
         try:
             out = self.cluster.node_script("node-up.sh", env=self.env)
-            imported = self.cluster.node_script("node-import.sh", *(str(a.path) for a in images.all()),
+            archives = self.archives(images)
+            imported = self.cluster.node_script("node-import.sh", *(str(a.path) for a in archives),
                                                 env={"NODE_NAME": self.name})
             references = dict(line.split(" ", 1) for line in imported.splitlines() if " " in line)
-            for archive in images.all():
+            for archive in archives:
                 if references.get(archive.name) != archive_reference(archive):
                     raise ClusterError(f"node-import.sh did not load {archive.name} on {self.name}:\n{imported}")
         except BaseException:

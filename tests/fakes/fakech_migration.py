@@ -50,6 +50,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from fakech_ram import GuestRam, RamFailed
+
 if TYPE_CHECKING:
     from fakech_vm import Vmm
 
@@ -563,7 +565,11 @@ class Migrations:
         if self.fail == "restore":
             return ["Failed to restore migratable component", "FAKE_CH_MIGRATION_FAIL=restore"]
         assert self.vmm.config is not None
-        vm = Vm(self.vmm.config)
+        try:
+            ram = GuestRam.for_config(self.vmm.config)
+        except RamFailed as exc:
+            return ["Memory manager error", exc.what, _io(exc.error)]
+        vm = Vm(self.vmm.config, ram)
         self.vmm.allocate_bdfs(vm)
         try:
             self.vmm.lock_disks(vm)

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import fakech_checks as checks
 from fakech_migration import Migrations
-from fakech_ram import GuestRam
+from fakech_ram import GuestRam, RamFailed
 from fakech_vcpus import VcpuThreads
 
 # ApiError Display strings (vmm/src/api/mod.rs@v53.0): the second element of every error chain.
@@ -157,7 +157,7 @@ class LockFailed(Exception):
 class Vm:
     """The `Vm` object CH owns while booted (`VmOwnership::Owned`)."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], ram: GuestRam | None) -> None:
         self.config = config  # the stored config, shared (ids written back into it)
         self.state = "Created"
         self.lock_fds: list[int] = []
@@ -170,7 +170,7 @@ class Vm:
         self.tap_fds: dict[str, list[int]] = {}  # NIC id -> its tap fds (also in lock_fds)
         self.tpm_conn: Any = None  # the control connection to swtpm, for the life of the Vm
         self.virtio_mem_plugged = 0  # bytes the guest's virtio-mem driver has plugged
-        self.ram = GuestRam.for_config(config)  # Vm::new maps the guest RAM (fakech_ram.py)
+        self.ram = ram  # Vm::new maps the guest RAM first thing (fakech_ram.py)
         self.vcpus = VcpuThreads((config.get("cpus") or {}).get("affinity"))  # started at boot (fakech_vcpus.py)
 
     def release(self) -> None:
@@ -316,12 +316,18 @@ class Vmm:
             checks.validate_config(self.config)
         except checks.ConfigInvalid as exc:
             raise self.fail(endpoint, "Failed to validate config", *exc.chain, kind=exc.kind) from None
+        try:  # Vm::new creates the MemoryManager before any device
+            ram = GuestRam.for_config(self.config)
+        except RamFailed as exc:
+            raise self.fail(endpoint, "Memory manager error", exc.what, checks.io_error(exc.error)) from None
         candidate = copy.deepcopy(self.config)
         counter = self.assign_ids(candidate)
         taps: dict[str, list[int]] = {}
         try:
             held = checks.create_devices(candidate, taps)
         except checks.DeviceError as exc:
+            if ram is not None:
+                ram.close()
             raise self.fail(endpoint, *exc.chain) from None
         # Ids (and autodetected image types) are written back into the stored config.
         tpm = (candidate.get("tpm") or {}).get("socket")
@@ -332,12 +338,14 @@ class Vmm:
             except OSError as exc:
                 for fd in held:
                     os.close(fd)
+                if ram is not None:
+                    ram.close()
                 raise self.fail(endpoint, "Error from device manager", "Failed to create TPM device",
                                 f"Failed while initializing tpm emulator: {checks.io_error(exc)}") from None
         self.config.clear()
         self.config.update(candidate)
         self.id_counter = counter
-        vm = Vm(self.config)
+        vm = Vm(self.config, ram)
         vm.lock_fds.extend(held)  # the taps stay open while the VM exists, or until ejected
         vm.tap_fds = taps
         vm.tpm_conn = tpm_conn

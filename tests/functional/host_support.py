@@ -1,21 +1,17 @@
 """What the functional stories about the host share: the memlock limits a launcher pod starts
-with and virt-handler raises (docs/process-model.md), surplus hugepages, a VFIO host tree for a
+with and virt-handler raises (docs/process-model.md), a VFIO host tree for a
 GPU, and waiting for a condition of the host."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
 import pathlib
 import resource
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
-
-import pytest
 
 from tests.functional import kubevirt_runtime as vh
 
@@ -55,37 +51,6 @@ def soft_memlock(limit: int | None) -> Iterator[None]:
         yield
     finally:
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (soft, hard))
-
-
-HUGEPAGES_LOCK = pathlib.Path(tempfile.gettempdir()) / "kubevirt-ch-tests-hugepages.lock"
-
-
-@contextlib.contextmanager
-def surplus_hugepages(pages: int) -> Iterator[None]:
-    """Let the kernel hand out up to `pages` 2 MiB pages on demand (nr_overcommit_hugepages), as a
-    node with hugepages for its pods has them; put the setting back afterwards (unless someone
-    changed it meanwhile); `pages` 0 changes nothing. Needs root. The setting is the machine's:
-    stories that change it run one at a time (an exclusive lock on HUGEPAGES_LOCK, also across
-    pytest-xdist workers and concurrent runs), else one would put it back under another that
-    still needs it."""
-    if pages == 0:
-        yield
-        return
-    path = pathlib.Path("/proc/sys/vm/nr_overcommit_hugepages")
-    with open(HUGEPAGES_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        before = int(path.read_text())
-        wanted = max(before, pages)
-        try:
-            path.write_text(str(wanted))
-        except OSError as e:
-            pytest.fail(f"cannot allow surplus hugepages ({e.strerror}): these stories need root")
-        try:
-            yield
-        finally:
-            with contextlib.suppress(OSError):
-                if int(path.read_text()) == wanted:
-                    path.write_text(str(before))
 
 
 BDF = "0000:65:00.0"

@@ -20,8 +20,8 @@ from tests.builders import with_cpu
 from tests.framework import FAKE_CH
 from tests.functional import kubevirt_runtime as vh
 from tests.functional.harness import Harness, RealVmm, make_vmi
-from tests.functional.host_support import surplus_hugepages
 from tests.functional.pod_fixtures import real_vmm, real_vmm_reason, vmm_info
+from tests.hugepages import surplus_hugepages
 
 CPUS = sorted(os.sched_getaffinity(0))
 pytestmark = pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs: one for the vCPU, one for the emulator")
@@ -110,6 +110,7 @@ def test_in_a_non_root_pod_realtime_vcpus_stay_sched_other_and_the_launcher_says
         h.close()
 
 
+@pytest.mark.timeout(600)  # the hugepage lock may be held by the cluster's dedicated node for minutes
 def test_numa_passthrough_gives_the_guest_the_hosts_node_with_hugepage_memory_bound_to_it(launch):
     vmi = dedicated_vmi(isolateEmulatorThread=False, numa={"guestMappingPassthrough": {}})
     vmi["spec"]["domain"]["memory"] = {"guest": "64Mi", "hugepages": {"pageSize": "2Mi"}}

@@ -11,7 +11,8 @@ The socket is cloud-hypervisor's own (`serial {mode: Socket}`) or the launcher's
 From a shell, for kubevirt-probe's `CHPROBE_GUEST_ACTION` (../shared/tools/README.md):
 
     python -m tests.guest.console SOCKET|DIR poweroff|reboot|triple-fault|panic|ignore-acpi|honour-acpi|
-                                             ignore-eject|honour-eject|hello|emulation-failure
+                                             ignore-eject|honour-eject|hello|emulation-failure|
+                                             disk-write|disk-read
 
 where DIR (e.g. the launcher's private dir) holds exactly one `*/virt-serial0`. Exit status 0 once
 the guest has acknowledged the command, 1 when it did not within --timeout (the message says what
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import re
 import socket
 import sys
 import time
@@ -45,7 +47,12 @@ COMMANDS = {
     "ignore-eject": (b"x", b"KCH-GUEST-IGNORING-EJECT"),
     "honour-eject": (b"y", b"KCH-GUEST-HONOURING-EJECT"),
     "flood": (b"f", b"KCH-GUEST-FLOODING"),  # the same letter stops it: FLOOD_STOPPED
+    # a line per virtio-blk disk, then DISKS_DONE (`disk_states()` reads them)
+    "disk-write": (b"w", b"KCH-GUEST-DISKS-DONE"),
+    "disk-read": (b"d", b"KCH-GUEST-DISKS-DONE"),
 }
+DISK_MARK = b"KCH-GUEST-DISK-MARK\n"  # what disk-write puts at the start of each writable disk
+DISK_LINE = re.compile(rb"KCH-GUEST-DISK-(WRITTEN|READ-ONLY|MARKED|UNMARKED|ERROR) (\d+:\d+)\r\n")
 NO_PVPANIC = b"KCH-GUEST-NO-PVPANIC"
 POWER_BUTTON = b"KCH-GUEST-POWER-BUTTON\r\n"
 POWER_BUTTON_IGNORED = b"KCH-GUEST-POWER-BUTTON-IGNORED"
@@ -177,6 +184,12 @@ class GuestConsole:
         if out.endswith(NO_PVPANIC):
             raise GuestTimeout("the guest has no pvpanic device to signal a panic on")
         return out
+
+
+def disk_states(out: bytes) -> dict[str, str]:
+    """What a disk command printed, by PCI slot ("0:4"): WRITTEN, READ-ONLY, MARKED, UNMARKED or
+    ERROR (empty with KCH-GUEST-NO-DISKS)."""
+    return {slot.decode(): state.decode() for state, slot in DISK_LINE.findall(out)}
 
 
 def find_socket(path: str) -> str:

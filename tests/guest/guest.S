@@ -26,6 +26,16 @@
  *                                    KCH-GUEST-FLOOD-STOPPED and it idles (other commands act
  *                                    meanwhile; the power button waits until the flood ends)
  *     ~h  KCH-GUEST-HELLO            nothing else: tells a client the guest is up and hears it
+ *     ~w  KCH-GUEST-DISK-WRITTEN <segment>:<slot>, for each virtio-blk disk, once it has written
+ *                                    DISK_MARK ("KCH-GUEST-DISK-MARK\n", then zeros) into its first
+ *                                    4 KiB; KCH-GUEST-DISK-READ-ONLY <segment>:<slot> for a disk
+ *                                    that offers VIRTIO_BLK_F_RO (nothing written)
+ *     ~d  KCH-GUEST-DISK-MARKED <segment>:<slot> or KCH-GUEST-DISK-UNMARKED <segment>:<slot>, for
+ *                                    each virtio-blk disk, as its first 4 KiB start with
+ *                                    DISK_MARK or not
+ *                                    (both: KCH-GUEST-DISK-ERROR <segment>:<slot> for a disk that
+ *                                    failed the request or never answered; KCH-GUEST-NO-DISKS
+ *                                    without any; then KCH-GUEST-DISKS-DONE)
  *     ~e  KCH-GUEST-EMULATION-FAILURE  jumps to an address that is not RAM, so the vCPU fails
  *                                    (KVM cannot fetch instructions from MMIO: KVM_EXIT_INTERNAL_ERROR,
  *                                    on PVM and on VT-x/SVM alike; the VMM then stops the VM)
@@ -80,6 +90,16 @@
  * platform device through a window at 2 GiB (`mmio_window`). Its code runs on in compatibility
  * mode (a 32-bit code segment); interrupt gates are 64-bit, so each handler is entered through a
  * 64-bit stub that far-returns to it.
+ *
+ * Disks. Each command finds the virtio-blk devices (1af4:1042, modern virtio-pci: virtio-devices/
+ * src/transport/pci_device.rs@v53) on bus 0 at the time, so hot-added ones too; for each it reads
+ * the virtio capabilities (common and notify configuration, their BAR and offsets), maps the BAR
+ * (64-bit, 8 MiB aligned, above RAM) through an MMIO window, and drives the device as a driver
+ * does: reset, ACKNOWLEDGE | DRIVER, VIRTIO_F_VERSION_1 only, FEATURES_OK, queue 0 with 4
+ * entries (no MSI-X vector, no interrupts: the guest polls the used ring), DRIVER_OK; then one
+ * request of three descriptors (header, 4 KiB at sector 0, status) and a reset again. The VMM
+ * does the I/O on the image or device it opened (raw, qcow2, a block device), so what was written
+ * is on the disk as the host sees it.
  */
     .section .note.pvh, "a", @note
     .balign 4
@@ -123,7 +143,37 @@
     .set PVPANIC_ID, 0x00111b36   /* device 0x0011 << 16 | vendor 0x1b36 */
     .set PVPANIC_PANICKED, 1
     .set MMIO_WINDOWS, 0x80000000  /* virtual: 2 GiB up */
-    .set MMIO_WINDOW_COUNT, 8
+    .set MMIO_WINDOW_COUNT, 32
+    .set VIRTIO_BLK_ID, 0x10421af4  /* device 0x1042 (0x1040 + virtio type 2) << 16 | vendor 0x1af4 */
+    .set VIRTIO_CAP_VENDOR, 0x09
+    .set VIRTIO_CFG_COMMON, 1
+    .set VIRTIO_CFG_NOTIFY, 2
+    .set VQ_DEVICE_FEATURE_SELECT, 0x00   /* the common configuration's registers */
+    .set VQ_DEVICE_FEATURE, 0x04
+    .set VQ_DRIVER_FEATURE_SELECT, 0x08
+    .set VQ_DRIVER_FEATURE, 0x0c
+    .set VQ_STATUS, 0x14
+    .set VQ_QUEUE_SELECT, 0x16
+    .set VQ_QUEUE_SIZE, 0x18
+    .set VQ_QUEUE_MSIX_VECTOR, 0x1a
+    .set VQ_QUEUE_ENABLE, 0x1c
+    .set VQ_QUEUE_NOTIFY_OFF, 0x1e
+    .set VQ_QUEUE_DESC, 0x20
+    .set VQ_QUEUE_AVAIL, 0x28
+    .set VQ_QUEUE_USED, 0x30
+    .set STATUS_ACKNOWLEDGE, 1
+    .set STATUS_DRIVER, 2
+    .set STATUS_DRIVER_OK, 4
+    .set STATUS_FEATURES_OK, 8
+    .set VIRTIO_BLK_F_RO, 0x20       /* feature bit 5 */
+    .set VIRTIO_BLK_T_IN, 0
+    .set VIRTIO_BLK_T_OUT, 1
+    .set VRING_DESC_F_NEXT, 1
+    .set VRING_DESC_F_WRITE, 2
+    .set VRING_AVAIL_F_NO_INTERRUPT, 1
+    .set QUEUE_ENTRIES, 4
+    .set DISK_BYTES, 4096            /* 8 sectors: aligned for a VMM that opened the image O_DIRECT */
+    .set DISK_POLLS, 0x4000000       /* how long the guest polls the used ring before giving up */
     .set CODE, 0x08
     .set CODE64, 0x18
     .set DATA, 0x10
@@ -373,6 +423,10 @@ command:
     je cmd_honour_eject
     cmp $'f', %al
     je cmd_flood
+    cmp $'w', %al
+    je cmd_disk_write
+    cmp $'d', %al
+    je cmd_disk_read
     mov $msg_unknown, %esi
     jmp puts
 
@@ -465,6 +519,257 @@ cmd_honour_eject:
     movb $0, ignore_eject
     mov $msg_honouring_eject, %esi
     jmp puts
+
+/* --- disks: virtio-blk (see the header) ------------------------------------------------- */
+
+cmd_disk_write:
+    movb $1, disk_writing
+    jmp disks
+cmd_disk_read:
+    movb $0, disk_writing
+/* disks: the request on every virtio-blk device of bus 0 (slot order), a line for each. */
+disks:
+    movl $0, cur_seg
+    movl $0, cur_slot
+    movl $0, disks_found
+1:  mov cur_slot, %eax
+    shl $11, %eax
+    or $0x80000000, %eax        /* enable | bus 0 | device | function 0 | register 0 */
+    mov %eax, pci_base
+    call pci_read
+    cmp $VIRTIO_BLK_ID, %eax
+    jne 2f
+    incl disks_found
+    call disk_request
+2:  incl cur_slot
+    cmpl $32, cur_slot
+    jb 1b
+    cmpl $0, disks_found
+    jne 3f
+    mov $msg_no_disks, %esi
+    call puts
+3:  mov $msg_disks_done, %esi
+    jmp puts
+
+/* pci_read: %eax = the configuration dword at address %eax. Clobbers %dx. */
+pci_read:
+    mov $PCI_ADDRESS, %dx
+    out %eax, %dx
+    mov $PCI_DATA, %dx
+    in %dx, %eax
+    ret
+
+/* pci_write: the configuration dword at address %eax = %ebx. Clobbers %dx. */
+pci_write:
+    mov $PCI_ADDRESS, %dx
+    out %eax, %dx
+    mov $PCI_DATA, %dx
+    mov %ebx, %eax
+    out %eax, %dx
+    ret
+
+/* disk_request: the device at pci_base: its registers found and mapped, the request made, the
+   line printed, the device reset. */
+disk_request:
+    mov pci_base, %eax          /* memory space and bus mastering on */
+    add $0x04, %eax
+    call pci_read
+    or $0x6, %eax
+    mov %eax, %ebx
+    mov pci_base, %eax
+    add $0x04, %eax
+    call pci_write
+    call virtio_caps
+    test %eax, %eax
+    jz disk_error
+    mov vq_common, %esi         /* reset, then ACKNOWLEDGE | DRIVER */
+    movb $0, VQ_STATUS(%esi)
+    movb $STATUS_ACKNOWLEDGE, VQ_STATUS(%esi)
+    movb $(STATUS_ACKNOWLEDGE | STATUS_DRIVER), VQ_STATUS(%esi)
+    movl $0, VQ_DEVICE_FEATURE_SELECT(%esi)
+    mov VQ_DEVICE_FEATURE(%esi), %eax
+    mov %eax, disk_features
+    movl $1, VQ_DRIVER_FEATURE_SELECT(%esi)
+    movl $1, VQ_DRIVER_FEATURE(%esi)          /* VIRTIO_F_VERSION_1 (bit 32) */
+    movl $0, VQ_DRIVER_FEATURE_SELECT(%esi)
+    movl $0, VQ_DRIVER_FEATURE(%esi)
+    movb $(STATUS_ACKNOWLEDGE | STATUS_DRIVER | STATUS_FEATURES_OK), VQ_STATUS(%esi)
+    testb $STATUS_FEATURES_OK, VQ_STATUS(%esi)
+    jz disk_error
+    cmpb $0, disk_writing
+    je 1f
+    testl $VIRTIO_BLK_F_RO, disk_features
+    jz 1f
+    movb $0, VQ_STATUS(%esi)
+    mov $msg_disk_read_only, %esi
+    jmp put_slot
+1:  mov $vq, %edi               /* a fresh queue */
+    mov $(vq_end - vq), %ecx
+    xor %eax, %eax
+    rep stosb
+    movw $0, VQ_QUEUE_SELECT(%esi)
+    cmpw $QUEUE_ENTRIES, VQ_QUEUE_SIZE(%esi)
+    jb disk_error
+    movw $QUEUE_ENTRIES, VQ_QUEUE_SIZE(%esi)
+    movw $0xffff, VQ_QUEUE_MSIX_VECTOR(%esi)  /* VIRTQ_MSI_NO_VECTOR */
+    movl $vq_desc, VQ_QUEUE_DESC(%esi)
+    movl $0, VQ_QUEUE_DESC + 4(%esi)
+    movl $vq_avail, VQ_QUEUE_AVAIL(%esi)
+    movl $0, VQ_QUEUE_AVAIL + 4(%esi)
+    movl $vq_used, VQ_QUEUE_USED(%esi)
+    movl $0, VQ_QUEUE_USED + 4(%esi)
+    movzwl VQ_QUEUE_NOTIFY_OFF(%esi), %eax
+    imul vq_notify_mult, %eax
+    add %eax, vq_notify
+    movw $1, VQ_QUEUE_ENABLE(%esi)
+    movb $(STATUS_ACKNOWLEDGE | STATUS_DRIVER | STATUS_FEATURES_OK | STATUS_DRIVER_OK), VQ_STATUS(%esi)
+    /* the request: header, data, status */
+    mov $disk_buf, %edi
+    mov $DISK_BYTES, %ecx
+    xor %eax, %eax
+    rep stosb
+    movl $VIRTIO_BLK_T_IN, disk_header
+    movl $0, disk_header + 4
+    movl $0, disk_header + 8    /* sector 0 */
+    movl $0, disk_header + 12
+    movl $(VRING_DESC_F_NEXT | VRING_DESC_F_WRITE), %edx      /* a read: the device writes the data */
+    cmpb $0, disk_writing
+    je 2f
+    movl $VIRTIO_BLK_T_OUT, disk_header
+    mov $msg_disk_mark, %esi
+    mov $disk_buf, %edi
+    mov $(msg_disk_mark_end - msg_disk_mark), %ecx
+    rep movsb
+    mov $VRING_DESC_F_NEXT, %edx
+2:  movb $0xff, disk_status
+    movl $disk_header, vq_desc            /* descriptor 0: the header, 16 bytes */
+    movl $16, vq_desc + 8
+    movw $VRING_DESC_F_NEXT, vq_desc + 12
+    movw $1, vq_desc + 14
+    movl $disk_buf, vq_desc + 16          /* descriptor 1: the data */
+    movl $DISK_BYTES, vq_desc + 24
+    movw %dx, vq_desc + 28
+    movw $2, vq_desc + 30
+    movl $disk_status, vq_desc + 32       /* descriptor 2: the status byte the device writes */
+    movl $1, vq_desc + 40
+    movw $VRING_DESC_F_WRITE, vq_desc + 44
+    movw $VRING_AVAIL_F_NO_INTERRUPT, vq_avail
+    movw $0, vq_avail + 4                 /* ring[0]: the chain at descriptor 0 */
+    mfence
+    movw $1, vq_avail + 2                 /* idx */
+    mfence
+    mov vq_notify, %edi
+    movw $0, (%edi)                       /* queue 0 has a buffer */
+    mov $DISK_POLLS, %ecx
+3:  cmpw $1, vq_used + 2                  /* the used ring's idx */
+    je 4f
+    pause
+    dec %ecx
+    jnz 3b
+    jmp disk_error
+4:  mov vq_common, %esi
+    movb $0, VQ_STATUS(%esi)              /* reset: the device lets go of the queue */
+    cmpb $0, disk_status                  /* VIRTIO_BLK_S_OK */
+    jne disk_error
+    mov $msg_disk_written, %esi
+    cmpb $0, disk_writing
+    jne put_slot
+    mov $msg_disk_marked, %esi
+    mov $disk_buf, %edi
+    mov $(msg_disk_mark_end - msg_disk_mark), %ecx
+    push %esi
+    mov $msg_disk_mark, %esi
+    repe cmpsb
+    pop %esi
+    je put_slot
+    mov $msg_disk_unmarked, %esi
+    jmp put_slot
+disk_error:
+    mov vq_common, %esi
+    test %esi, %esi
+    jz 1f
+    movb $0, VQ_STATUS(%esi)
+1:  mov $msg_disk_error, %esi
+    jmp put_slot
+
+/* virtio_caps: vq_common and vq_notify (virtual addresses) and vq_notify_mult from the
+   device's virtio capabilities (at pci_base); all 0 and %eax 0 when they are not both there or
+   the BAR cannot be mapped. */
+virtio_caps:
+    movl $0, vq_common
+    movl $0, vq_notify
+    movl $0, caps_found
+    mov pci_base, %eax
+    add $0x34, %eax             /* the capabilities pointer */
+    call pci_read
+    and $0xfc, %eax
+    mov %eax, cap_at
+1:  cmpl $0, cap_at
+    je 5f
+    mov pci_base, %eax
+    add cap_at, %eax
+    call pci_read               /* vendor, next, length, cfg_type */
+    mov %eax, cap_head
+    shr $8, %eax
+    and $0xfc, %eax
+    mov %eax, cap_next
+    cmpb $VIRTIO_CAP_VENDOR, cap_head
+    jne 4f
+    mov pci_base, %eax
+    add cap_at, %eax
+    add $4, %eax
+    call pci_read               /* bar */
+    movzbl %al, %eax
+    mov %eax, vq_bar
+    mov pci_base, %eax
+    add cap_at, %eax
+    add $8, %eax
+    call pci_read               /* offset in the BAR */
+    movzbl cap_head + 3, %ecx
+    cmp $VIRTIO_CFG_COMMON, %ecx
+    jne 2f
+    mov %eax, common_off
+    orl $VIRTIO_CFG_COMMON, caps_found
+    jmp 4f
+2:  cmp $VIRTIO_CFG_NOTIFY, %ecx
+    jne 4f
+    mov %eax, notify_off
+    orl $VIRTIO_CFG_NOTIFY, caps_found
+    mov pci_base, %eax
+    add cap_at, %eax
+    add $16, %eax
+    call pci_read               /* notify_off_multiplier */
+    mov %eax, vq_notify_mult
+4:  mov cap_next, %eax
+    mov %eax, cap_at
+    jmp 1b
+5:  xor %eax, %eax
+    cmpl $(VIRTIO_CFG_COMMON | VIRTIO_CFG_NOTIFY), caps_found
+    jne 7f
+    mov vq_bar, %eax            /* the BAR (both in one, as Cloud Hypervisor has them): 32- or 64-bit */
+    lea 0x10(,%eax,4), %eax
+    add pci_base, %eax
+    push %eax
+    call pci_read
+    mov %eax, %ebx
+    xor %edx, %edx
+    pop %eax
+    test $0x4, %ebx
+    jz 6f
+    add $4, %eax
+    call pci_read
+    mov %eax, %edx
+6:  mov %ebx, %eax
+    and $0xfffffff0, %eax
+    call mmio_window
+    test %eax, %eax
+    jz 7f
+    mov common_off, %ecx
+    add %eax, %ecx
+    mov %ecx, vq_common
+    add notify_off, %eax
+    mov %eax, vq_notify
+7:  ret
 
 /* --- hotplug ------------------------------------------------------------------------------ */
 
@@ -810,30 +1115,43 @@ device_window:
     call mmio_window
 1:  ret
 
-/* mmio_window: %eax = a virtual address for the physical address %edx:%eax, through the next
-   free 2 MiB window from MMIO_WINDOWS (0 when all are used). Cloud Hypervisor puts its platform
-   devices (GED, hotplug controllers) in the last MiB of the physical address space, above
-   4 GiB, which the guest reaches only through paging. The windows hide the identity mapping of
-   a range the guest never uses (at most RAM it does not touch). Called before paging is on.
-   Clobbers %ecx, %edi. */
+/* mmio_window: %eax = a virtual address for the physical address %edx:%eax, through a 2 MiB
+   window from MMIO_WINDOWS: the one already mapping that page, else the next free one (0 when
+   all are used). Cloud Hypervisor puts its platform devices (GED, hotplug controllers) in the
+   last MiB of the physical address space and its virtio BARs above RAM, above 4 GiB, which the
+   guest reaches only through paging. The windows hide the identity mapping of a range the guest
+   never uses (at most RAM it does not touch). The TLB is flushed (CR3 reloaded), so a window may
+   be made with paging on. Clobbers %ecx, %edi. */
 mmio_window:
-    mov windows_used, %ecx
-    cmp $MMIO_WINDOW_COUNT, %ecx
-    jae 1f
-    lea page_dirs + (MMIO_WINDOWS >> 21) * 8(,%ecx,8), %edi
     push %eax
     and $0xffe00000, %eax
     or $0x9b, %eax              /* present, writable, uncached, 2 MiB */
+    xor %ecx, %ecx
+    lea page_dirs + (MMIO_WINDOWS >> 21) * 8, %edi
+1:  cmp windows_used, %ecx      /* a window of this page already? */
+    jae 2f
+    cmp %eax, (%edi)
+    jne 11f
+    cmp %edx, 4(%edi)
+    je 3f
+11: add $8, %edi
+    inc %ecx
+    jmp 1b
+2:  cmp $MMIO_WINDOW_COUNT, %ecx
+    jae 4f
     mov %eax, (%edi)
     mov %edx, 4(%edi)           /* physical address bits 32 and up */
-    pop %eax
+    incl windows_used
+    mov %cr3, %eax              /* no stale translation of the window */
+    mov %eax, %cr3
+3:  pop %eax
     and $0x1fffff, %eax         /* the offset in the page */
     shl $21, %ecx
     add $MMIO_WINDOWS, %ecx
     add %ecx, %eax
-    incl windows_used
     ret
-1:  xor %eax, %eax
+4:  pop %eax
+    xor %eax, %eax
     ret
 
 /* map_low: PAE page tables with 2 MiB pages mapping the low 4 GiB to themselves (the image,
@@ -981,6 +1299,15 @@ msg_pci_eject_ignored:     .asciz "KCH-GUEST-PCI-EJECT-IGNORED "
 msg_cpu_added:             .asciz "KCH-GUEST-CPU-ADDED "
 msg_cpu_eject:             .asciz "KCH-GUEST-CPU-EJECT "
 msg_cpu_eject_ignored:     .asciz "KCH-GUEST-CPU-EJECT-IGNORED "
+msg_disk_written:          .asciz "KCH-GUEST-DISK-WRITTEN "
+msg_disk_read_only:        .asciz "KCH-GUEST-DISK-READ-ONLY "
+msg_disk_marked:           .asciz "KCH-GUEST-DISK-MARKED "
+msg_disk_unmarked:         .asciz "KCH-GUEST-DISK-UNMARKED "
+msg_disk_error:            .asciz "KCH-GUEST-DISK-ERROR "
+msg_no_disks:              .asciz "KCH-GUEST-NO-DISKS\r\n"
+msg_disks_done:            .asciz "KCH-GUEST-DISKS-DONE\r\n"
+msg_disk_mark:             .ascii "KCH-GUEST-DISK-MARK\n"
+msg_disk_mark_end:
 msg_crlf:                  .asciz "\r\n"
 msg_exception:             .asciz "KCH-GUEST-EXCEPTION "
 
@@ -1010,6 +1337,32 @@ flooding:    .byte 0
 ged_events:  .byte 0
 exception_vector: .byte 0
 cpu_status:  .byte 0
+disk_writing: .byte 0
+    .balign 4
+pci_base:    .long 0            /* the disk commands' state (interrupts are off while they run) */
+disks_found: .long 0
+disk_features: .long 0
+cap_at:      .long 0
+cap_head:    .long 0
+cap_next:    .long 0
+vq_bar:      .long 0
+caps_found:  .long 0
+common_off:  .long 0
+notify_off:  .long 0
+vq_common:   .long 0            /* virtual addresses of the common configuration and of queue 0's */
+vq_notify:   .long 0            /* notification register */
+vq_notify_mult: .long 0
+    .balign 16
+disk_header: .space 16          /* type, reserved, sector */
+disk_status: .byte 0
+    .balign 4096
+vq:                             /* queue 0: QUEUE_ENTRIES descriptors, the avail and used rings */
+vq_desc:     .space 16 * QUEUE_ENTRIES
+vq_avail:    .space 64
+vq_used:     .space 64
+vq_end:
+    .balign 4096
+disk_buf:    .space DISK_BYTES
     .balign 16
 idt:         .space 256 * 16
     .balign 4096

@@ -29,7 +29,7 @@ from ch_launcher.ch.vmconfig import VmConfig
 from ch_launcher.convert import Plan
 from ch_launcher.kubevirt.quantity import GiB, MiB
 from ch_launcher.kubevirt.vmi import CPU, parse_vmi
-from tests.builders import new_vmi, with_cpu, with_domain, with_memory_request, with_namespace, with_spec
+from tests.builders import new_vmi, with_cpu, with_domain, with_memory, with_memory_request, with_namespace, with_spec
 from tests.conftest import KUBEVIRT_EXAMPLES, require_shared
 
 NO_DEVICES = Plan(config=VmConfig())  # for the rows that do not count the plan's devices
@@ -52,6 +52,18 @@ def test_kubevirt_main_figures_match_its_own_unit_tests(memory, vcpus, expected_
 
 def test_kubevirt_v1_9_0_has_the_smaller_qemu_term():
     assert kubevirt_overhead(vmi(), constants=KUBEVIRT_V1_9_0).total == 270 * MiB
+
+
+def test_kubevirt_reads_page_tables_from_the_memory_request_only_and_we_from_the_guests_memory():
+    # virt-controller's own figure for a VMI of `memory.guest: 128Mi` and no request, 1 vCPU, no
+    # display, on the real node of tests/cluster (its pod's kubevirt.io/memory-overhead-bytes):
+    # virt-api does not default the request from memory.guest, so KubeVirt adds no page tables
+    guest_only = parse_vmi(new_vmi("t", with_memory("128Mi"), with_cpu(cores=1, sockets=1, threads=1),
+                                   with_domain(devices={"autoattachGraphicsDevice": False})))
+    assert kubevirt_overhead(guest_only)["page_tables"] == 0
+    assert kubevirt_overhead(guest_only).total == 268435456
+    # KVM's page tables follow guest RAM
+    assert ch_overhead(guest_only, plan_of(guest_only))["page_tables"] == page_tables(128 * MiB)
 
 
 def test_page_tables_round_up_to_kilobytes_then_down_to_bytes():
