@@ -55,8 +55,10 @@ class EpitaphFile:
 def deliver(path: str, notify_socket: str, *, namespace: str, name: str, uid: str, how: str,
             timeout: float = 5.0) -> str | None:
     """The monitor's side, once the launcher has died (`how`: "(pid 12) was killed by signal 9", ...): send
-    virt-handler the epitaph at `path`, if there is one, then a Warning event saying why. What to
-    log, or None when there was no epitaph (no VM ran here). Never raises."""
+    virt-handler a Warning event saying why, then the epitaph at `path`, if there is one. The
+    event goes first: once virt-handler has the epitaph it fails the VMI and cleans it up, and an
+    event sent after it never reached the VMI on a real node. What to log, or None when there was
+    no epitaph (no VM ran here). Never raises."""
     try:
         with open(path, "rb") as f:
             domain = f.read()
@@ -66,20 +68,22 @@ def deliver(path: str, notify_socket: str, *, namespace: str, name: str, uid: st
     from ch_launcher.kubevirt.events import k8s_event_json
 
     notify = "/kubevirt.notify.v1.Notify/"
+    try:  # best effort, as every Kubernetes event
+        event = k8s_event_json(type="Warning", reason=REASON, namespace=namespace, name=name, uid=uid,
+                               message=f"ch-launcher {how} while the VM was running; the VM is gone")
+        answer = grpc_lite.fields(
+            grpc_lite.call(notify_socket, notify + "HandleK8sEvent", grpc_lite.field_bytes(1, event), timeout))
+        event_note = "" if answer.get(1) else f"; virt-handler refused its {REASON} event: {_text(answer.get(2))}"
+    except (grpc_lite.CallFailed, ValueError) as e:
+        event_note = f"; its {REASON} event did not reach virt-handler: {e}"
     request = grpc_lite.field_bytes(1, domain) + grpc_lite.field_bytes(3, "MODIFIED")  # DomainEventRequest
     try:
         answer = grpc_lite.fields(grpc_lite.call(notify_socket, notify + "HandleDomainEvent", request, timeout))
     except (grpc_lite.CallFailed, ValueError) as e:
-        return f"could not tell virt-handler that the VM is gone: {e}"
+        return f"could not tell virt-handler that the VM is gone: {e}{event_note}"
     if not answer.get(1):
-        return f"virt-handler refused the VM's end: {_text(answer.get(2))}"
-    try:  # best effort, as every Kubernetes event
-        event = k8s_event_json(type="Warning", reason=REASON, namespace=namespace, name=name, uid=uid,
-                               message=f"ch-launcher {how} while the VM was running; the VM is gone")
-        grpc_lite.call(notify_socket, notify + "HandleK8sEvent", grpc_lite.field_bytes(1, event), timeout)
-    except (grpc_lite.CallFailed, ValueError):
-        pass
-    return "told virt-handler that the VM is gone (Shutoff/Crashed)"
+        return f"virt-handler refused the VM's end: {_text(answer.get(2))}{event_note}"
+    return f"told virt-handler that the VM is gone (Shutoff/Crashed){event_note}"
 
 
 def _text(value: bytes | int | None) -> str:

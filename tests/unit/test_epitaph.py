@@ -90,10 +90,16 @@ def test_an_epitaph_that_cannot_be_written_is_logged_and_the_events_still_go(tmp
     asyncio.run(story())
 
 
-def test_the_monitor_delivers_the_epitaph_and_a_warning_to_virt_handler() -> None:
+def test_the_monitor_delivers_a_warning_then_the_epitaph_to_virt_handler() -> None:
+    """The warning first: on a real node virt-handler fails and cleans up the VMI as soon as it has
+    the epitaph, and a warning sent after it never showed on the VMI."""
+    warnings_before_the_epitaph: list[int] = []
+
     async def story() -> None:
         with short_layout() as layout:
-            recorder = await NotifyRecorder(layout.notify_socket).start()
+            recorder = await NotifyRecorder(
+                layout.notify_socket, on_event=lambda _: warnings_before_the_epitaph.append(len(recorder.k8s_events)),
+            ).start()
             try:
                 path = layout.private_dir / "epitaph.json"
                 assert await asyncio.to_thread(deliver, str(path), str(layout.notify_socket), namespace="ns",
@@ -105,6 +111,7 @@ def test_the_monitor_delivers_the_epitaph_and_a_warning_to_virt_handler() -> Non
                                                name="vm", uid="u-1", how="(pid 7) was killed by signal 9")
                 assert said == "told virt-handler that the VM is gone (Shutoff/Crashed)"
                 assert [(e.event_type, e.domain) for e in recorder.events] == [("MODIFIED", domain)]
+                assert warnings_before_the_epitaph == [1]
                 (event,) = recorder.k8s_events
                 assert (event["type"], event["reason"], event["involvedObject"]["uid"]) == ("Warning", REASON, "u-1")
                 assert event["message"] == ("ch-launcher (pid 7) was killed by signal 9 while the VM was running; "
