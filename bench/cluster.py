@@ -36,7 +36,7 @@ peak against its request, virt-handler's CPU while the batch idles).
 Where the node cannot run (no ../shared beside the checkout, not root, a tool missing), it says
 why and exits 0, as the other benchmarks do.
 
-    python bench/cluster.py [--rounds N] [--kills N] [--timelines N] [--against-pods] [--only PART]
+    python bench/cluster.py [--rounds N] [--kills N] [--timelines N] [--against-pods] [--only PART,...]
 
 Timings depend on the machine's load (printed); compare within one run.
 """
@@ -357,8 +357,9 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=3, help="rounds of the launcher kill (default 3)")
     parser.add_argument("--timelines", type=int, default=2, help="starts whose timeline is printed (default 2)")
     parser.add_argument("--against-pods", action="store_true", help="also the plain-pod baseline (module docstring)")
-    parser.add_argument("--only", choices=("timeline", "kills", "qemu"),
-                        help="one part only: the start timeline, the launcher kills, or the figures against QEMU")
+    parser.add_argument("--only", type=lambda text: set(text.split(",")), default=None,
+                        help="these parts only, comma-separated: timeline (one start's), kills (the launchers'), "
+                             "qemu (the other figures against QEMU)")
     args = parser.parse_args()
     reason = unavailable() or missing()
     if reason:
@@ -371,13 +372,14 @@ def main() -> int:
         cluster.start_node()
         cluster.load_images(Builder().build())
         cluster.install()
-        if args.only in (None, "timeline"):
+        parts = args.only or {"timeline", "qemu", "kills"}
+        if "timeline" in parts:
             timelines(cluster, args.timelines)
-        if args.only in (None, "qemu"):
+        if "qemu" in parts:
             requests = one_at_a_time(cluster, args.rounds)
             ten_at_once(cluster)
             per_node(cluster, requests)
-        if args.only in (None, "kills"):
+        if "kills" in parts:
             kills(cluster, args.kills)
         if args.against_pods and args.only is None:
             against_pods(cluster, args.rounds)
