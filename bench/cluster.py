@@ -256,7 +256,7 @@ def kills(cluster: NodeCluster, rounds: int) -> None:
     for i in range(rounds):
         for backend, seconds in kill_launchers(cluster, {b: f"kill-{i}-{b[:2]}" for b in BACKENDS}).items():
             times[backend].append(seconds)
-    header(f"launcher SIGKILLed (virt-launcher | ch-launcher) -> VMI Failed, {rounds} rounds, both killed at once")
+    header(f"launcher SIGKILLed (ch-launcher | virt-launcher) -> VMI Failed, {rounds} rounds, both killed at once")
     row("SIGKILL -> VMI Failed p50 (max)", p50_max(times[CLOUD_HYPERVISOR]), p50_max(times[QEMU]), "s")
 
 
