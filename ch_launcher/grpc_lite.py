@@ -57,9 +57,9 @@ def call(socket_path: str, method: str, request: bytes, timeout: float) -> bytes
             ("content-type", "application/grpc"), ("te", "trailers"),
             ("grpc-timeout", f"{max(1, min(int(timeout * 1000), 99_999_999))}m")))
         frames.send(PREFACE + _frame(SETTINGS, 0, 0, b"") + _frame(HEADERS, END_HEADERS, STREAM, headers))
-        call = _Call(frames)
-        call.send(b"\0" + len(request).to_bytes(4, "big") + request)
-        return call.answer()
+        stream = _Call(frames)
+        stream.send(b"\0" + len(request).to_bytes(4, "big") + request)
+        return stream.answer()
     except OSError as e:
         raise CallFailed(f"{method} on {socket_path}: {e.strerror or e}") from None
     finally:
