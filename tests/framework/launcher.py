@@ -239,7 +239,9 @@ class LauncherProcess:
         return self.popen.returncode
 
     def kill(self) -> int | None:
-        """SIGKILL the launcher and every descendant seen (for test teardown)."""
+        """SIGKILL the launcher and every descendant seen (for test teardown), and wait until each
+        has exited (its memory, hugepages included, given back): the VMM is the monitor's
+        grandchild, so the monitor's own exit does not say that it is gone."""
         if self.popen is None:
             return None
         self._remember_descendants()
@@ -249,7 +251,11 @@ class LauncherProcess:
         if self.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, signal.SIGKILL)
-        return self.popen.wait()
+        status = self.popen.wait()
+        deadline = time.monotonic() + 10
+        while any(_running(pid) for pid in self._descendants) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return status
 
     def log_text(self) -> str:
         try:
@@ -259,6 +265,15 @@ class LauncherProcess:
 
 
 VMM_COMM_PREFIX = "qemu-system"
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie has exited and given back its memory)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def _comm(pid: int) -> str:
