@@ -63,12 +63,14 @@ PASST = 250 * MiB  # kubevirt pkg/network/resources/memory.go: "passt binary ove
 
 # --- Cloud Hypervisor's constants -------------------------------------------------------------
 
-# ch-launcher, the Python process that replaces virt-launcher-monitor + virt-launcher (and,
-# since it drives CH directly, virtlogd and virtqemud): the highest PSS bench/footprint.py measured
-# for a lone launcher plus 26 % headroom for what the measured VMI lacks (a DHCP server, more disks
-# and NICs, bigger cloud-init data) and a Sync's transient buffers. The derivation and figures:
-# docs/admission.md (the per-term table) and docs/figures.md. `overhead.launcherMiB` overrides it.
-CH_LAUNCHER = 45 * MiB
+# ch-launcher, the Python process that replaces virt-launcher (and, since it drives CH directly,
+# virtlogd and virtqemud): the highest PSS bench/footprint.py measured for a lone launcher
+# (27.7 MiB, the image's configuration beside the real VMM, two runs at load 10-20) plus 30 %
+# headroom for what the measured VMI lacks (a DHCP server, more disks and NICs, bigger cloud-init
+# data), a Sync's transient buffers and a quieter machine, where a lone process shares less
+# (about 4 MiB more PSS). The derivation and figures: docs/admission.md (the per-term table) and
+# docs/figures.md. `overhead.launcherMiB` overrides it.
+CH_LAUNCHER = 36 * MiB
 
 # The cloud-hypervisor process without guest RAM: the highest RSS bench/footprint.py measured for
 # the real v53.0 binary beside a running guest, apart from the guest RAM mapping (which the pod's
@@ -92,16 +94,17 @@ CH_PER_VCPU = 4 * MiB
 # its devices (0 -> 8 idle disks moved the VMM's RSS by less than 0.4 MiB).
 CH_PER_DEVICE = 1 * MiB
 
-# The monitor (the compute container's command, which parents the launcher and the VMM) and the
-# `virtqemud` VMM spawner (the launcher's child whose memlock limit virt-handler raises): the
-# process model of docs/process-model.md. Each is a small `python -I -S` with only the standard
-# library; measured by bench/process_model.py after a Sync: monitor PSS 4.8 MiB (anonymous 4.3),
-# spawner 5.2 MiB (4.6), beside a bare `python -I -S` at 3.0 MiB (2.5) in the same run.
-# Their file pages are the launcher's (one interpreter, one image), charged to the pod once; what
-# each adds to the pod's memory cgroup is its anonymous memory: 5 MiB each = that + headroom.
-# They replace KubeVirt's virt-launcher-monitor (25 MiB) and virtqemud (40 MiB) rows, for the VMIs
-# that have them (`runtime_processes_needed`); other VMIs' pods run neither.
-CH_MONITOR = 5 * MiB
+# The monitor, the compute container's command in every ch-launcher pod (it outlives the launcher
+# to stop its VMM and tell virt-handler the VM is gone, and parents the VMM where virt-handler's
+# KVM runtime looks for it), and the `virtqemud` VMM spawner (the launcher's child whose memlock
+# limit virt-handler raises), for the VMIs that runtime reaches into (`runtime_processes_needed`):
+# docs/process-model.md. Each is a small `python -I -S`; measured by bench/process_model.py after
+# a Sync: monitor PSS 3.2-3.3 MiB (anonymous 2.8; built-in modules only), spawner 4.8-4.9 MiB
+# (4.4), beside a bare `python -I -S` at 2.9-3.0 MiB (2.5) in the same run. Their file pages are
+# the launcher's (one interpreter, one image), charged to the pod once; what each adds to the
+# pod's memory cgroup is its anonymous memory: 4 and 5 MiB = that + headroom. They replace
+# KubeVirt's virt-launcher-monitor (25 MiB) and virtqemud (40 MiB) rows.
+CH_MONITOR = 4 * MiB
 CH_SPAWNER = 5 * MiB
 
 # VFIO. KubeVirt adds 1 GiB for any VFIO device: libvirt sets QEMU's memlock limit to guest RAM +
@@ -386,10 +389,10 @@ def ch_overhead(vmi: VirtualMachineInstance, plan: Plan, *, settings: CHSettings
 
     Dropped: virtlogd does not run (CH writes its own log); video RAM (CH has no display device).
 
-    Replaced, for the VMIs virt-handler's KVM runtime reaches into (VFIO, dedicated or realtime
-    CPUs, memLock Required: `runtime_processes_needed`), virt-launcher-monitor by ch-launcher's
-    monitor and virtqemud by its VMM spawner (CH_MONITOR, CH_SPAWNER, docs/process-model.md;
-    dropped for every other VMI, whose launcher is the container's command);
+    Replaced: virt-launcher-monitor by ch-launcher's monitor (CH_MONITOR), and, for the VMIs
+    virt-handler's KVM runtime reaches into (VFIO, dedicated or realtime CPUs, memLock Required:
+    `runtime_processes_needed`), virtqemud by its VMM spawner (CH_SPAWNER, dropped for every other
+    VMI; docs/process-model.md);
     KubeVirt's 1 GiB of VFIO lock allowance by what VFIO adds to the pod's memory (`ch_vfio`),
     virt-launcher by ch-launcher, QEMU by cloud-hypervisor, 8 MiB per vCPU by
     CH_PER_VCPU, the IOThread by CH_PER_DEVICE per disk, NIC and filesystem of the plan, and QEMU's
@@ -404,11 +407,10 @@ def ch_overhead(vmi: VirtualMachineInstance, plan: Plan, *, settings: CHSettings
     b = Breakdown("Cloud Hypervisor")
     t = b.terms
     t["page_tables"] = page_tables(memory_request(vmi))
-    helpers = runtime_processes_needed(vmi)  # the monitor and virtqemud run only for these VMIs
-    t["virt_launcher_monitor"] = CH_MONITOR if helpers else 0
+    t["virt_launcher_monitor"] = CH_MONITOR
     t["launcher"] = settings.launcher
     t["virtlogd"] = 0
-    t["virtqemud"] = CH_SPAWNER if helpers else 0
+    t["virtqemud"] = CH_SPAWNER if runtime_processes_needed(vmi) else 0  # virtqemud runs only for these VMIs
     t["vmm"] = settings.vmm
     t["vcpus"] = CH_PER_VCPU * vcpu_count(d.cpu, res.requests, res.limits)
     t["io"] = CH_PER_DEVICE * io_devices(plan)

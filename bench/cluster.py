@@ -17,7 +17,15 @@ Each figure for each backend and the ratio CH / QEMU:
   their launcher pods' memory requests (what each backend asks for: guest, overhead, the other
   containers);
 - **launcher killed**: SIGKILL of virt-launcher in a QEMU VMI's pod and of ch-launcher in a Cloud
-  Hypervisor one, one right after the other: seconds until each VMI is `Failed`, p50 (max).
+  Hypervisor one, one right after the other: seconds until each VMI is `Failed`, p50 (max);
+- **where one start's time goes** (Cloud Hypervisor, `--timelines N` starts, default 2): an
+  annotated VMI (containerDisk, cloud-init NoCloud, masquerade NIC) started alone, the seconds from
+  `kubectl create` to each step: scheduled, sandbox ready, init containers done, compute started
+  (the pod's watch: kubelet's conditions and container status), `launcher-sock` ready,
+  virt-handler's first call, the first Sync received, `vm.boot` returned, the first Domain event
+  delivered (the launcher's own log lines, their microsecond timestamps), VMI `Running` (its
+  watch); and the CPU seconds of the compute container's processes by then (the monitor and the
+  launcher, both `ch-launcher`; `cloud-hyperviso`).
 
 With `--against-pods`, also the older baseline, a plain pod of the same images and shape
 (tests/cluster/load.py): an annotated VMI (a containerDisk, cloud-init NoCloud, a masquerade
@@ -28,7 +36,7 @@ peak against its request, virt-handler's CPU while the batch idles).
 Where the node cannot run (no ../shared beside the checkout, not root, a tool missing), it says
 why and exits 0, as the other benchmarks do.
 
-    python bench/cluster.py [--rounds N] [--kills N] [--against-pods]
+    python bench/cluster.py [--rounds N] [--kills N] [--timelines N] [--against-pods] [--only PART,...]
 
 Timings depend on the machine's load (printed); compare within one run.
 """
@@ -36,6 +44,8 @@ Timings depend on the machine's load (printed); compare within one run.
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
 import pathlib
 import statistics
@@ -61,7 +71,16 @@ from tests.cluster.backends import (  # noqa: E402
 )
 from tests.cluster.backends import at_once as backends_at_once  # noqa: E402
 from tests.cluster.images import ADMISSION_IMAGE, LAUNCHER_IMAGE, Builder, missing  # noqa: E402
-from tests.cluster.load import cpu_share, create_at_once, delete_batch, host_pid, plain_pod, pod_memory, pods_of  # noqa: E402
+from tests.cluster.load import (  # noqa: E402
+    PHASE_COLUMNS,
+    cpu_share,
+    create_at_once,
+    delete_batch,
+    host_pid,
+    plain_pod,
+    pod_memory,
+    pods_of,
+)
 from tests.cluster.node import NodeCluster, unavailable  # noqa: E402
 from tests.cluster.objects import annotated_vmi  # noqa: E402
 
@@ -237,15 +256,110 @@ def kills(cluster: NodeCluster, rounds: int) -> None:
     for i in range(rounds):
         for backend, seconds in kill_launchers(cluster, {b: f"kill-{i}-{b[:2]}" for b in BACKENDS}).items():
             times[backend].append(seconds)
-    header(f"launcher SIGKILLed (virt-launcher | ch-launcher) -> VMI Failed, {rounds} rounds, both killed at once")
+    header(f"launcher SIGKILLed (ch-launcher | virt-launcher) -> VMI Failed, {rounds} rounds, both killed at once")
     row("SIGKILL -> VMI Failed p50 (max)", p50_max(times[CLOUD_HYPERVISOR]), p50_max(times[QEMU]), "s")
+
+
+# --- where the time of one start goes (Cloud Hypervisor) ---------------------------------------
+
+# what the pod's watch shows, one column per step (kubelet's conditions; `<none>` until set)
+POD_STEPS = (("scheduled", ".spec.nodeName"),
+             ("sandbox ready", '.status.conditions[?(@.type=="PodReadyToStartContainers")].status'),
+             ("init containers done", '.status.conditions[?(@.type=="Initialized")].status'),
+             ("compute started", '.status.containerStatuses[?(@.name=="compute")].state.running.startedAt'))
+# the launcher's own log lines (their microsecond timestamps), in the order a start passes them
+LAUNCHER_STEPS = (("launcher-sock ready", "command server ready on"),
+                  ("virt-handler's first call", "virt-handler's first call"),
+                  ("Sync received", "first SyncVirtualMachine received"),
+                  ("vm.boot returned", "vm.boot returned"),
+                  ("first Domain event sent", "first Domain event delivered to virt-handler"))
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds process `pid` and the children it reaped have used (/proc/PID/stat)."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+
+
+def log_times(log: str) -> dict[str, float]:
+    """When each of LAUNCHER_STEPS' lines was logged (epoch seconds), from the compute container's log."""
+    found: dict[str, float] = {}
+    for line in log.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        for step, text in LAUNCHER_STEPS:
+            if step not in found and str(entry.get("msg", "")).startswith(text):
+                stamp = datetime.datetime.strptime(entry["timestamp"].replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z")
+                found[step] = stamp.timestamp()
+    return found
+
+
+def start_timeline(cluster: NodeCluster, name: str) -> tuple[dict[str, float], dict[str, float]]:
+    """One annotated VMI (a containerDisk, cloud-init NoCloud, a masquerade interface) started
+    alone: the seconds from `kubectl create` to each step, from what the pod's watch, the
+    launcher's log and the VMI's watch say; and the CPU seconds of the compute container's
+    processes (the monitor, the launcher, the VMM) once the VMI is Running. Deletes it."""
+    columns = "NAME:.metadata.name," + ",".join(f"S{i}:{path}" for i, (_, path) in enumerate(POD_STEPS))
+    pods, vmis = cluster.watch("pod", columns=columns), cluster.watch("vmi", columns=PHASE_COLUMNS)
+    wall = time.time() - time.monotonic()  # the launcher's log is in wall-clock time, the watches monotonic
+    try:
+        start = time.monotonic()
+        r = cluster.kubectl("create", "-f", "-", input=cluster.yaml(annotated_vmi(name)))
+        if r.rc != 0:
+            raise RuntimeError(f"kubectl create failed:\n{r.out}")
+        cluster.wait_for(lambda: name in vmis.first("Running"), f"{name} to run", timeout=240, every=0.05)
+        running = vmis.first("Running")[name]
+        pod = cluster.launcher_pod(cluster.json("get", "vmi", name))
+        cpu = {comm: sum(cpu_seconds(pid) for pid in pids) for comm, pids in cluster.processes(pod).items()}
+    finally:
+        pods.close()
+        vmis.close()
+    pod_name = pod["metadata"]["name"]
+    steps: dict[str, float] = {}
+    rows = pods.timed_rows()
+    for i, (step, _) in enumerate(POD_STEPS):
+        seen = [at for row, at in rows if row[0] == pod_name and row[i + 1:i + 2] not in ([], ["<none>"], ["False"])]
+        if seen:
+            steps[step] = seen[0] - start
+    for step, at in log_times(cluster.kubectl("logs", pod_name, "-c", "compute").out).items():
+        steps[step] = at - wall - start
+    steps["VMI Running"] = running - start
+    cluster.kubectl("delete", "vmi", name, "--wait=false")
+    cluster.kubectl("wait", "--for=delete", f"pod/{pod_name}", "--timeout=120s", timeout=150)
+    return steps, cpu
+
+
+def timelines(cluster: NodeCluster, rounds: int) -> None:
+    start_timeline(cluster, "timeline-warm-up")  # first use of the images on the node (not counted)
+    for i in range(rounds):
+        steps, cpu = start_timeline(cluster, f"timeline-{i}")
+        print(f"\none start of an annotated VMI (containerDisk, cloud-init, masquerade NIC), round {i + 1}, "
+              f"load average {os.getloadavg()[0]:.1f}")
+        print(f"{'step':28} {'s after create':>15} {'since the step before':>22}")
+        previous = 0.0
+        order = [s for s, _ in POD_STEPS] + [s for s, _ in LAUNCHER_STEPS] + ["VMI Running"]
+        for step in order:
+            if step in steps:
+                print(f"{step:28} {steps[step]:15.3f} {steps[step] - previous:22.3f}")
+                previous = steps[step]
+            else:
+                print(f"{step:28} {'not seen':>15}")
+        print("CPU seconds until Running: " + ", ".join(f"{comm} {s:.2f}" for comm, s in sorted(cpu.items())))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each backend per shape (default 3)")
     parser.add_argument("--kills", type=int, default=3, help="rounds of the launcher kill (default 3)")
+    parser.add_argument("--timelines", type=int, default=2, help="starts whose timeline is printed (default 2)")
     parser.add_argument("--against-pods", action="store_true", help="also the plain-pod baseline (module docstring)")
+    parser.add_argument("--only", type=lambda text: set(text.split(",")), default=None,
+                        help="these parts only, comma-separated: timeline (one start's), kills (the launchers'), "
+                             "qemu (the other figures against QEMU)")
     args = parser.parse_args()
     reason = unavailable() or missing()
     if reason:
@@ -258,11 +372,16 @@ def main() -> int:
         cluster.start_node()
         cluster.load_images(Builder().build())
         cluster.install()
-        requests = one_at_a_time(cluster, args.rounds)
-        ten_at_once(cluster)
-        per_node(cluster, requests)
-        kills(cluster, args.kills)
-        if args.against_pods:
+        parts = args.only or {"timeline", "qemu", "kills"}
+        if "timeline" in parts:
+            timelines(cluster, args.timelines)
+        if "qemu" in parts:
+            requests = one_at_a_time(cluster, args.rounds)
+            ten_at_once(cluster)
+            per_node(cluster, requests)
+        if "kills" in parts:
+            kills(cluster, args.kills)
+        if args.against_pods and args.only is None:
             against_pods(cluster, args.rounds)
             at_once_against_pods(cluster)
     finally:

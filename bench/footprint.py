@@ -118,11 +118,10 @@ IMPORT_STEPS = (
                                                   "ch_launcher._proto.kubevirt_cmd_info_pb2_grpc",
                                                   "ch_launcher._proto.kubevirt_notify_info_pb2_grpc")),
     ("launcher core (cli, server, notify, manager)", ("ch_launcher.cli", "ch_launcher.server", "ch_launcher.notify")),
-    ("pydantic", ("pydantic",)),
-    ("VMI model (pydantic models)", ("ch_launcher.kubevirt.vmi",)),
-    ("VMM client (VmConfig models, http.client)", ("ch_launcher.ch.api", "ch_launcher.ch.process")),
+    ("VMI model (jsonmodel records)", ("ch_launcher.kubevirt.vmi",)),
+    ("VMM client (VmConfig records, http.client)", ("ch_launcher.ch.api", "ch_launcher.ch.process")),
     ("translator (convert)", ("ch_launcher.convert",)),
-    ("preparation (prepare; ISOs in a child)", ("ch_launcher.prepare",)),
+    ("preparation (prepare, the ISO writer)", ("ch_launcher.prepare",)),
     ("dhcp, stats", ("ch_launcher.dhcp", "ch_launcher.stats")),
 )
 ATTRIBUTION = textwrap.dedent("""
@@ -349,6 +348,10 @@ class Pod:
             await self.recorder.wait_for_status("Paused", timeout=30)
 
     @property
+    def launcher_pid(self) -> int:
+        return self.launcher.launcher_pid
+
+    @property
     def vmm_pid(self) -> int | None:
         children = self.launcher.children()
         return children[0] if children else None
@@ -403,16 +406,19 @@ async def bench(launchers: int, clients: int, seconds: float, pause: float) -> N
 
         # The launcher alone (with its VMM), after Sync, GetDomain and GetDomainStats.
         await settle()
-        r_one, one_threads, one_kinds = rollup(first.launcher.pid), threads(first.launcher.pid), \
-            where_it_goes(first.launcher.pid)
+        r_one, one_threads, one_kinds = rollup(first.launcher_pid), threads(first.launcher_pid), \
+            where_it_goes(first.launcher_pid)
+        r_monitor = rollup(first.launcher.pid)
         vm = vmm_memory(first.vmm_pid) if first.vmm_pid else None
 
         print("\n  memory, one launcher after Sync with its VM running (RSS / PSS / anonymous; ratio of PSS)")
         for label, r in (("bare interpreter", r_interp), ("bare grpc.aio server", r_bare), ("ch-launcher", r_one)):
             print(f"    {label:22s} {mib(r['Rss'])} {mib(r['Pss'])} {mib(r['Pss_Anon'])}   "
                   f"{r['Pss'] / r_interp['Pss']:4.1f}x interpreter, {r['Pss'] / r_bare['Pss']:4.2f}x grpc.aio")
+        print(f"    its monitor (the container's first process, a `python -I -S`) {mib(r_monitor['Rss'])} "
+              f"{mib(r_monitor['Pss'])} {mib(r_monitor['Pss_Anon'])}")
         print(f"    launcher's peak RSS (VmHWM: start-up, translation, preparation) "
-              f"{mib(peak_rss(first.launcher.pid))}; "
+              f"{mib(peak_rss(first.launcher_pid))}; "
               f"file-backed now {mib(r_one['Rss'] - r_one['Anonymous'])} RSS, clean pages the kernel can reclaim")
         print(f"    threads: launcher {sum(one_threads.values())} ({_names(one_threads)}); "
               f"bare grpc.aio {sum(bare_threads.values())}")
@@ -447,7 +453,7 @@ async def bench(launchers: int, clients: int, seconds: float, pause: float) -> N
             pods.append(pod)
             await pod.start(paused=True)
         await settle()
-        per = [rollup(p.launcher.pid) for p in pods]
+        per = [rollup(p.launcher_pid) for p in pods]
         pss = [r["Pss"] for r in per]
         anon = [r["Pss_Anon"] for r in per]
         print(f"\n  {launchers} launchers side by side, each with its VM (all but the first paused): "

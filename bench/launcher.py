@@ -149,11 +149,11 @@ async def bench(launchers: int, idle_seconds: float) -> None:
               f"p99 {percentile(samples, 99) * 1000:7.3f} ms   (500 calls; target p99 < 2 ms)")
         assert bare.stdout is not None and bare.stdout.readline().strip() == b"ready"
         await asyncio.sleep(2.0)  # settle after the GetDomain burst
-        l0, b0 = cpu_seconds(run.launcher.pid), cpu_seconds(bare.pid)
+        l0, b0 = cpu_seconds(run.launcher.launcher_pid), cpu_seconds(bare.pid)
         t0 = time.monotonic()
         await asyncio.sleep(idle_seconds)
         elapsed = time.monotonic() - t0
-        l1, b1 = cpu_seconds(run.launcher.pid), cpu_seconds(bare.pid)
+        l1, b1 = cpu_seconds(run.launcher.launcher_pid), cpu_seconds(bare.pid)
         launcher_pct = (l1 - l0) / elapsed * 100
         bare_pct = (b1 - b0) / elapsed * 100
         ratio = f"{launcher_pct / bare_pct:.2f}x the bare server" if bare_pct > 0 else \

@@ -121,7 +121,7 @@ async def measure(binary: str, rounds: int, *, minimal: bool) -> tuple[list[floa
             if n == rounds - 1:  # memory beside a real VMM and guest, once the VM runs
                 await asyncio.sleep(1.0)  # let the Sync's transient allocations settle
                 vmm = run.launcher.children()
-                memory = (memory_parts_kib(run.launcher.pid), memory_parts_kib(vmm[0]) if vmm else None)
+                memory = (memory_parts_kib(run.launcher.launcher_pid), memory_parts_kib(vmm[0]) if vmm else None)
             bare_times.append(await asyncio.to_thread(run.bare_create_and_boot))
         finally:
             await run.close()

@@ -4,12 +4,14 @@ Command line (contract.md §8, docs/architecture.md "The processes"): every virt
 with KubeVirt's default (unknown flags are logged and ignored, because virt-controller renders
 the command line), plus `--ch-binary` (env CH_BINARY), `--private-dir` and `--firmware-dir`.
 
-Processes (docs/process-model.md). With `--kubevirt-runtime-processes` (the pod mutator sets it
-for VMIs virt-handler's KVM runtime reaches into: VFIO devices, dedicated or realtime CPUs,
-memLock Required) the command's own process is the monitor (`ch_launcher.monitor`, as
-virt-launcher-monitor); it forks the launcher, which starts the VMM spawner (`virtqemud`) before
-anything else. Without it the command's process is the launcher and the VMM its child, and such
-VMIs fail their Sync with the reason. Either way the launcher serves as
+Processes (docs/process-model.md). The command's own process is the monitor
+(`ch_launcher.monitor`, as virt-launcher-monitor): it forks the launcher, reaps orphans, and when
+the launcher dies stops its VMM and sends its epitaph (`ch_launcher.epitaph`). With
+`--kubevirt-runtime-processes` (the pod mutator sets it for VMIs virt-handler's KVM runtime
+reaches into: VFIO devices, dedicated or realtime CPUs, memLock Required) the launcher starts the
+VMM spawner (`virtqemud`) before anything else, and the VMMs are the monitor's children; without
+it the VMM is the launcher's child, and such VMIs fail their Sync with the reason. The launcher
+serves as
 `cmd/virt-launcher/virt-launcher.go@d923fdb815cd` does:
 1. create `<private-dir>/<uid>/virt-serial0-log` (the console log container waits for it), then
    serve the command socket; the rename to `launcher-sock` is the readiness signal;
@@ -19,7 +21,6 @@ VMIs fail their Sync with the reason. Either way the launcher serves as
    runs the graceful protocol) and arm a kill after `--grace-period-seconds`;
 4. when the VM is down, wait up to 15 s for virt-handler's Delete and its final event, kill
    again, wait up to 30 s more, stop serving and exit 0.
-Orphans are reaped by the monitor, or, without one, by the launcher when it is PID 1.
 """
 
 from __future__ import annotations
@@ -210,28 +211,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if settings.hook_sidecars:
         log.warning("--hook-sidecars=%d: hook sidecars edit libvirt domain XML, which Cloud Hypervisor "
                     "does not use; not waiting for them", settings.hook_sidecars)
-    if not settings.kubevirt_runtime_processes:
-        try:
-            return asyncio.run(run(settings))
-        except KeyboardInterrupt:
-            return 130
-    from ch_launcher import monitor
+    from ch_launcher import epitaph, monitor
 
-    return monitor.run(lambda link: launch(settings, link),
-                       log_context={"uid": settings.uid, "name": settings.name, "namespace": settings.namespace})
+    return monitor.run(lambda link: launch(settings, link), monitor.MonitorContext(
+        namespace=settings.namespace, name=settings.name, uid=settings.uid,
+        epitaph=epitaph.path_in(settings.private_dir), notify_socket=settings.notify_socket,
+        container_disks=settings.container_disk_dir))
 
 
 def launch(settings: Settings, link: MonitorLink) -> int:
-    """The launcher process (the monitor's child): fork the VMM spawner first, while no thread
-    runs, then serve; the exit status."""
-    from ch_launcher.ch.exits import ExitReports
-    from ch_launcher.ch.process import VmmSpawning
+    """The launcher process (the monitor's child): with `--kubevirt-runtime-processes` fork the
+    VMM spawner first, while no thread runs; then serve; the exit status."""
     from ch_launcher.ch.proctitle import set_cmdline, set_comm
-    from ch_launcher.ch.spawner import Spawner, SpawnError
 
-    # The monitor keeps the full command line; this one says what it is (ps, kubevirt-probe).
+    # Each of the pod's processes says what it is (ps, kubevirt-probe): the monitor names itself.
     set_comm("ch-launcher")
     set_cmdline(f"ch-launcher: the launcher of {settings.namespace}/{settings.name} (monitor pid {link.monitor_pid})")
+    if not settings.kubevirt_runtime_processes:  # the VMM is this process's child: no exit to hear of
+        os.close(link.exit_reports_fd)
+        return _serve(settings, None)
+    from ch_launcher.ch.exits import ExitReports
+    from ch_launcher.ch.process import VmmSpawning
+    from ch_launcher.ch.spawner import Spawner, SpawnError
+
     spawner: Spawner | None = None
     spawning: VmmSpawning | None = None
     try:
@@ -241,12 +243,17 @@ def launch(settings: Settings, link: MonitorLink) -> int:
     except SpawnError as e:  # VMIs virt-handler does not look into still run (procmodel says why)
         log.error("%s: the VMM will be the launcher's own child", e)
     try:
-        return asyncio.run(run(settings, spawning))
-    except KeyboardInterrupt:
-        return 130
+        return _serve(settings, spawning)
     finally:
         if spawner is not None:
             spawner.close()
+
+
+def _serve(settings: Settings, spawning: VmmSpawning | None) -> int:
+    try:
+        return asyncio.run(run(settings, spawning))
+    except KeyboardInterrupt:
+        return 130
 
 
 async def run(settings: Settings, spawning: VmmSpawning | None = None) -> int:
@@ -274,8 +281,6 @@ async def run(settings: Settings, spawning: VmmSpawning | None = None) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
         loop.add_signal_handler(sig, _on_signal, sig, stop)
-    if os.getpid() == 1 and spawning is None:  # no monitor: orphans of the container come here
-        loop.add_signal_handler(signal.SIGCHLD, reap_orphans, manager)
     code = 1
     try:
         await server.start()
@@ -383,34 +388,6 @@ async def supervise(manager: DomainManager, settings: Settings, stop: asyncio.Ev
         sent = await manager.flush_events(FINAL_NOTIFY_WAIT)
         log.info("Final Delete notification %s", "sent" if sent else "not confirmed by virt-handler")
     return 0
-
-
-def reap_orphans(manager: DomainManager) -> None:
-    """SIGCHLD while PID 1 without a monitor: reap zombie children that are not the VMM (whose
-    status the VMM supervisor collects itself). Orphans of the container are reparented to PID 1."""
-    own = manager.owned_pids()
-    for pid in _children():
-        if pid in own or not _is_zombie(pid):
-            continue
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)
-
-
-def _children() -> list[int]:
-    pids: list[int] = []
-    with contextlib.suppress(OSError):
-        for tid in os.listdir("/proc/self/task"):
-            with contextlib.suppress(OSError, ValueError), open(f"/proc/self/task/{tid}/children") as f:
-                pids.extend(int(p) for p in f.read().split())
-    return pids
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
 
 
 if __name__ == "__main__":

@@ -4,99 +4,191 @@ virt-controller annotates launcher pods with Velero pre/post backup hooks that r
 `/usr/bin/virt-freezer --freeze|--unfreeze --name <vmi> --namespace <ns>` in the `compute`
 container (kubevirt pkg/storage/pod/annotations/generator.go@d923fdb815cd). Without that
 executable the hook fails and Velero fails the pod's backup, so the ch-launcher image ships this
-one. It keeps upstream's decision logic (kubevirt cmd/virt-freezer/main.go@d923fdb815cd): dial
-the launcher's command socket, ask `GetGuestInfo`; with no guest agent (always the case on Cloud
-Hypervisor, which has no virtio-serial agent channel) log "No guest agent, exiting" and exit 0,
-so the backup proceeds crash-consistent, exactly as it does for a QEMU VM without an agent.
-With an agent it would call Freeze/Unfreeze, which ch-launcher answers in-band.
+one. It keeps upstream's command line and decision logic (kubevirt
+cmd/virt-freezer/virt-freezer.go@d923fdb815cd): dial the launcher's command socket, ask
+`GetGuestInfo`; with no guest agent log "No guest agent, exiting" and exit 0, so the backup
+proceeds crash-consistent, exactly as it does for a QEMU VM without an agent. With an agent, and
+a domain that runs (`GetDomain`), it calls Freeze (with `--unfreezeTimeoutSeconds`, default
+300) or Unfreeze, and the launcher answers.
+
+It runs in the `compute` container beside the VM, so what it weighs counts against the pod's
+memory limit while a backup runs: the image starts it as `python -ISOO` (no site-packages) and it
+imports only built-in modules, speaking gRPC through `ch_launcher.grpc_lite` (grpcio, logging and
+argparse would add about 15 MiB); `json` only once a guest agent answered.
 
 Exit status: 0 on success or no agent, 1 on any failure (bad flags, launcher unreachable, RPC
-failure), as upstream.
+failure), as upstream. Log lines are KubeVirt's JSON (`ch_launcher.kubevirt.logline`).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
 import sys
-from collections.abc import Sequence
 
-import grpc
+if __package__ in (None, ""):  # run by path (`-I`: without its own directory), as the image runs it
+    sys.path.insert(0, __file__.rsplit("/", 2)[0])
 
-from ch_launcher._proto import kubevirt_cmd_v1_pb2 as pb
-from ch_launcher._proto import kubevirt_cmd_v1_pb2_grpc as pb_grpc
-from ch_launcher.kubevirt.log import setup_logging
-
-log = logging.getLogger("ch_launcher.freezer")
+from ch_launcher import grpc_lite
+from ch_launcher.kubevirt.logline import line
 
 # Upstream dials this fixed path (the compute container's view of the sockets emptyDir).
 LAUNCHER_SOCKET = "/run/kubevirt/sockets/launcher-sock"
+CMD = "/kubevirt.cmd.v1.Cmd/"
+TIMEOUT = 60.0  # each call; the launcher answers Freeze once the guest agent did
+GA_NOT_AVAILABLE = "Guest agent not available for now"
+FLAGS = {"freeze": "bool", "unfreeze": "bool", "name": "str", "namespace": "str", "unfreezeTimeoutSeconds": "int",
+         "socket": "str"}  # --socket: tests only
 
 
-def _parse(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="virt-freezer", description="Freeze or thaw the guest's filesystems "
-                                "for a backup (no-op without a guest agent).")
-    p.add_argument("--freeze", action="store_true")
-    p.add_argument("--unfreeze", action="store_true")
-    p.add_argument("--name", default="")
-    p.add_argument("--namespace", default="")
-    p.add_argument("--unfreezeTimeoutSeconds", type=int, default=300)
-    p.add_argument("--socket", default=LAUNCHER_SOCKET, help=argparse.SUPPRESS)  # tests only
-    return p.parse_args(list(argv))
+class Failed(Exception):
+    """What went wrong, already logged."""
 
 
-def _vmi_request(name: str, namespace: str) -> pb.VMIRequest:
-    vmi = {"metadata": {"name": name, "namespace": namespace}}
-    return pb.VMIRequest(vmi=pb.VMI(vmiJson=json.dumps(vmi).encode()))
+def parse(argv: list[str]) -> dict[str, object]:
+    """pflag's syntax (`--flag value`, `--flag=value`, `--bool`, `--bool=false`); ValueError."""
+    values: dict[str, object] = {"freeze": False, "unfreeze": False, "name": "", "namespace": "",
+                                 "unfreezeTimeoutSeconds": 300, "socket": LAUNCHER_SOCKET}
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        name, eq, value = arg.lstrip("-").partition("=")
+        kind = FLAGS.get(name)
+        if not arg.startswith("-") or kind is None:
+            raise ValueError(f"unknown flag: {arg}")
+        if kind == "bool":
+            if eq and value.lower() not in ("true", "false", "1", "0", "t", "f"):
+                raise ValueError(f"invalid argument {value!r} for {arg}")
+            values[name] = not eq or value.lower() in ("true", "1", "t")
+            continue
+        if not eq:
+            if not args:
+                raise ValueError(f"flag needs an argument: {arg}")
+            value = args.pop(0)
+        if kind == "int":
+            try:
+                values[name] = int(value)
+            except ValueError:
+                raise ValueError(f"invalid argument {value!r} for {arg}") from None
+        else:
+            values[name] = value
+    if not values["freeze"] and not values["unfreeze"]:
+        raise ValueError("either --freeze or --unfreeze must be set")
+    if not values["name"] or not values["namespace"]:
+        raise ValueError("both --name and --namespace must be provided")
+    return values
 
 
-def run(argv: Sequence[str]) -> int:
+def run(argv: list[str]) -> int:
     try:
-        args = _parse(argv)
-    except SystemExit as e:  # argparse already printed the usage
-        return 1 if e.code else 0
-    if not args.freeze and not args.unfreeze:
-        log.error("Use either --freeze or --unfreeze")
+        flags = parse(argv)
+    except ValueError as e:
+        _log("error", "Failed to parse flags", reason=str(e))
         return 1
-    if not args.name or not args.namespace:
-        log.error("Both name and namespace flags must be provided")
-        return 1
-    with grpc.insecure_channel(f"unix:{args.socket}") as channel:
-        stub = pb_grpc.CmdStub(channel)
-        try:
-            info = stub.GetGuestInfo(pb.EmptyRequest(), timeout=5.0)
-        except grpc.RpcError as e:
-            log.error("Failed to get guest info from %s: %s", args.socket, e.details() or e.code())
-            return 1
-        if not info.response.success:
-            log.error("Failed to get guest info: %s", info.response.message)
-            return 1
-        try:
-            agent_version = json.loads(info.guestInfoResponse or "{}").get("guestAgentVersion", "")
-        except (ValueError, AttributeError):
-            agent_version = ""
-        if not agent_version:
-            log.info("No guest agent, exiting")
+    socket, name, namespace = str(flags["socket"]), str(flags["name"]), str(flags["namespace"])
+    try:
+        info = _response(_call(socket, "GetGuestInfo", b"", f"Failed to get guest info from {socket}"),
+                         "Failed to get guest info")
+        agent = _guest_agent(_text(info.get(2)))
+        if agent is None:
+            _log("info", "No guest agent, exiting")
             return 0
-        request = _vmi_request(args.name, args.namespace)
-        try:
-            if args.freeze:
-                reply = stub.FreezeVirtualMachine(
-                    pb.FreezeRequest(vmi=request.vmi, unfreezeTimeoutSeconds=args.unfreezeTimeoutSeconds), timeout=60.0)
-            else:
-                reply = stub.UnfreezeVirtualMachine(request, timeout=60.0)
-        except grpc.RpcError as e:
-            log.error("%s failed: %s", "Freezing" if args.freeze else "Unfreezing", e.details() or e.code())
-            return 1
-        if not reply.success:
-            log.error("%s VMI failed: %s", "Freezing" if args.freeze else "Unfreezing", reply.message)
-            return 1
+        _log("info", f"Guest agent version is {agent[0]}")
+        if not _domain_runs(socket):
+            _log("info", "VM domain not running, no need to freeze/unfreeze")
+            return 0
+        vmi = grpc_lite.field_bytes(1, grpc_lite.field_bytes(1, _vmi_json(name, namespace)))  # VMI{vmiJson}
+        if flags["freeze"]:
+            timeout = grpc_lite.field_varint(2, int(str(flags["unfreezeTimeoutSeconds"])))
+            reply = _call(socket, "FreezeVirtualMachine", vmi + timeout, "Freezing VMI failed")
+            failure = _failure(reply)
+            if failure is not None:
+                if GA_NOT_AVAILABLE in failure:
+                    _call(socket, "UnfreezeVirtualMachine", vmi, "Unfreezing VMI failed")
+                    vss = " and VSS are" if "windows" in agent[1].lower() else " is"
+                    _log("error", f"Freezing VMI failed, please make sure guest agent{vss} running and try again",
+                         reason=failure)
+                else:
+                    _log("error", "Freezing VMI failed", reason=failure)
+                return 1
+        else:
+            failure = _failure(_call(socket, "UnfreezeVirtualMachine", vmi, "Unfreezing VMI failed"))
+            if failure is not None:
+                _log("error", "Unfreezing VMI failed", reason=failure)
+                return 1
+    except Failed:
+        return 1
+    _log("info", "Operation completed successfully")
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    setup_logging(component="virt-freezer")
+def _call(socket: str, method: str, request: bytes, what: str) -> bytes:
+    try:
+        return grpc_lite.call(socket, CMD + method, request, TIMEOUT)
+    except grpc_lite.CallFailed as e:
+        _log("error", what, reason=str(e))
+        raise Failed from None
+
+
+def _response(answer: bytes, what: str) -> dict[int, bytes | int]:
+    """A `...Response{Response response = 1; ...}` answer's fields; Failed unless it succeeded."""
+    try:
+        fields = grpc_lite.fields(answer)
+        failure = _failure(fields.get(1, b""))
+    except ValueError as e:
+        failure = f"unreadable answer: {e}"
+    if failure is not None:
+        _log("error", what, reason=failure)
+        raise Failed
+    return fields
+
+
+def _failure(response: bytes | int) -> str | None:
+    """None when a `Response{bool success = 1; string message = 2}` says success, else its message."""
+    fields = grpc_lite.fields(response) if isinstance(response, bytes) else {}
+    return None if fields.get(1) else (_text(fields.get(2)) or "the launcher answered success=false")
+
+
+def _guest_agent(guest_info: str) -> tuple[str, str] | None:
+    """(agent version, guest OS name) from GetGuestInfo's JSON; None without an agent. `json` is
+    imported only when the answer names an agent version."""
+    if '"guestAgentVersion"' not in guest_info or '"guestAgentVersion":""' in guest_info:
+        return None
+    import json
+
+    try:
+        info = json.loads(guest_info)
+        version, os_name = str(info.get("guestAgentVersion") or ""), str((info.get("os") or {}).get("name") or "")
+    except (ValueError, AttributeError):
+        return None
+    return (version, os_name) if version else None
+
+
+def _domain_runs(socket: str) -> bool:
+    import json
+
+    fields = _response(_call(socket, "GetDomain", b"", "Failed to get domain"), "Failed to get domain")
+    try:
+        domain = json.loads(_text(fields.get(2)) or "null")
+    except ValueError:
+        return False
+    return isinstance(domain, dict) and (domain.get("Status") or {}).get("Status") == "Running"
+
+
+def _vmi_json(name: str, namespace: str) -> str:
+    from _json import encode_basestring_ascii as quoted
+
+    return f'{{"metadata":{{"name":{quoted(name)},"namespace":{quoted(namespace)}}}}}'
+
+
+def _text(value: bytes | int | None) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else ""
+
+
+def _log(level: str, msg: str, **more: str) -> None:
+    sys.stderr.write(line("freezer", level, msg, "virt-freezer.py:0", **more) + "\n")
+    sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
     return run(sys.argv[1:] if argv is None else argv)
 
 

@@ -48,7 +48,7 @@ from ch_launcher._proto import kubevirt_cmd_v1_pb2_grpc as cmd_grpc
 from ch_launcher.lifecycle import Intent
 from ch_launcher.manager import CommandFailed, DomainManager
 
-if TYPE_CHECKING:  # imported when first needed: readiness must not wait for pydantic models
+if TYPE_CHECKING:  # imported when first needed: readiness must not wait for the VMI model
     from grpc.aio import ServicerContext as Context  # generic in (request, response) in the stubs only
 
     from ch_launcher.convert import LauncherOptions
@@ -180,10 +180,14 @@ class CmdServicer(cmd_grpc.CmdServicer):
     def __init__(self, manager: DomainManager, *, on_early_exit: Callable[[], None] | None = None) -> None:
         self._manager = manager
         self._on_early_exit = on_early_exit
+        self._synced = False
 
     async def _command(self, rpc: str, request: pb.VMIRequest, context: Deadline) -> pb.Response:
         intent = COMMANDS[rpc]
         started = time.monotonic()
+        if intent is Intent.SYNC and not self._synced:
+            self._synced = True
+            log.info("first SyncVirtualMachine received")  # bench/cluster.py's timeline
         try:
             vmi = decode_vmi(request.vmi.vmiJson)
             options = launcher_options(request.options) if intent is Intent.SYNC else None
@@ -406,12 +410,16 @@ class _Contact(grpc.aio.ServerInterceptor):
     def __init__(self, callback: Callable[[], None] | None) -> None:
         self.callback = callback
         self.armed = False
+        self.called = False
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[_Req, _Resp] | None]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[_Req, _Resp] | None:
+        if self.armed and not self.called:
+            self.called = True
+            log.info("virt-handler's first call: %s", handler_call_details.method)  # bench/cluster.py's timeline
         if self.armed and self.callback is not None:
             try:
                 self.callback()

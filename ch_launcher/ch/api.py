@@ -35,7 +35,7 @@ import logging
 import socket
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from ch_launcher.jsonmodel import DecodeError, Record, decode, encode
 
 from .api_errors import (  # re-exported: callers catch them from here
     ChApiError,
@@ -52,7 +52,7 @@ from .vmconfig import DeviceConfig, DiskConfig, NetConfig, PciDeviceInfo, VmConf
 
 API_ROOT = "/api/v1"
 log = logging.getLogger(__name__)
-_M = TypeVar("_M", bound=BaseModel)
+_M = TypeVar("_M", bound=Record)
 
 __all__ = ["API_ROOT", "ChApiError", "CloudHypervisorClient", "Conflict", "InternalError", "InvalidRequest",
            "VmNotCreated", "VmmUnavailable", "error_for", "parse_error_body"]
@@ -61,11 +61,10 @@ __all__ = ["API_ROOT", "ChApiError", "CloudHypervisorClient", "Conflict", "Inter
 # --- the client -----------------------------------------------------------------------------
 
 
-def _body(obj: BaseModel | dict[str, Any] | None) -> dict[str, Any] | None:
+def _body(obj: Record | dict[str, Any] | None) -> dict[str, Any] | None:
     if obj is None or isinstance(obj, dict):
         return obj
-    to_api = getattr(obj, "to_api", None)
-    return to_api() if to_api else obj.model_dump(mode="json", exclude_none=True)
+    return encode(obj)
 
 
 def _given(**fields: Any) -> dict[str, Any]:
@@ -157,8 +156,8 @@ class CloudHypervisorClient:
 
     def _model(self, model: type[_M], endpoint: str, status: int, content: bytes) -> _M:
         try:
-            return model.model_validate(self._json(endpoint, status, content))
-        except ValidationError as exc:
+            return decode(model, self._json(endpoint, status, content))
+        except DecodeError as exc:
             raise InternalError(endpoint, status, [], f"unexpected answer: {exc}") from exc
 
     def _put(self, endpoint: str, body: Any = None, timeout: float | None = None) -> None:

@@ -8,14 +8,13 @@ forked three times, so without this they would all show the monitor's command li
 `set_comm` writes `/proc/self/comm`. `set_cmdline` rewrites the process's original argument
 area in place, as setproctitle does on Linux: the kernel serves `/proc/<pid>/cmdline` from the
 memory between `arg_start` and `arg_end` (fields 48 and 49 of `/proc/self/stat`, proc(5)), which
-CPython no longer reads after start-up (it keeps decoded copies). The new text is truncated to
-the original area's size and NUL-padded. Both are best effort: False when not possible.
+CPython no longer reads after start-up (it keeps decoded copies); it writes there through
+`/proc/self/mem` (no `ctypes`: the monitor, a `python -I -S`, imports only built-in modules).
+The new text is truncated to the original area's size and NUL-padded. Both are best effort:
+False when not possible.
 """
 
 from __future__ import annotations
-
-import contextlib
-import ctypes
 
 
 def set_comm(name: str) -> bool:
@@ -30,7 +29,7 @@ def set_comm(name: str) -> bool:
 
 def set_cmdline(text: str) -> bool:
     """Make `/proc/self/cmdline` read `text` (one argument), as far as the original fits it."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
+    try:
         with open("/proc/self/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         # fields[0] is field 3 (state): field n is fields[n - 3]
@@ -39,6 +38,9 @@ def set_cmdline(text: str) -> bool:
         if start <= 0 or size <= 1:
             return False
         data = text.encode()[: size - 1]
-        ctypes.memmove(start, data + b"\0" * (size - len(data)), size)
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            mem.write(data + b"\0" * (size - len(data)))
         return True
-    return False
+    except (OSError, ValueError, IndexError):
+        return False

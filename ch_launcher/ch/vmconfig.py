@@ -17,10 +17,10 @@ missing or wrong makes the answer unreadable.
 
 from __future__ import annotations
 
-import functools
-from typing import Any, Literal
+from dataclasses import field
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from ch_launcher.jsonmodel import Record, encode
 
 from .versions import reported
 
@@ -31,38 +31,16 @@ VhostMode = Literal["Client", "Server"]
 VmState = Literal["Created", "Running", "Shutdown", "Paused"]
 
 
-class _Out(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
+class _Out(Record):
+    json_extra: ClassVar[Literal["ignore", "forbid"]] = "forbid"
 
     def to_api(self) -> dict[str, Any]:
         """The JSON object sent to the VMM: no nulls, no unset fields."""
-        return self.model_dump(mode="json", exclude_none=True, by_alias=True)
+        return encode(self)
 
 
-class _In(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _unreadable_optional_fields_are_left_out(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        kept = dict(data)
-        for name, field in cls.model_fields.items():
-            if field.is_required() or name not in kept:
-                continue
-            try:
-                _reader(cls, name).validate_python(kept[name])
-            except ValidationError:
-                del kept[name]  # null, or a shape we cannot read: the default
-        return kept
-
-
-@functools.cache
-def _reader(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
-    annotation = model.model_fields[name].annotation
-    assert annotation is not None, "pydantic gives every model field its annotation"
-    return TypeAdapter(annotation)
+class _In(Record):
+    json_lenient: ClassVar[bool] = True  # an optional field read as null or unreadable: its default
 
 
 # --- payload, CPUs, memory ------------------------------------------------------------------
@@ -292,12 +270,10 @@ class VmmPingResponse(_In):
     version: str = ""
     build_version: str = ""
     pid: int | None = None
-    features: list[str] = Field(default_factory=list)
+    features: list[str] = field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _version_from_the_build_when_needed(self) -> VmmPingResponse:
+    def __post_init__(self) -> None:
         self.version = reported(self.version, self.build_version)
-        return self
 
 
 class PciDeviceInfo(_In):
@@ -309,6 +285,6 @@ class VmInfo(_In):
     """`GET /vm.info`. `config` stays a plain dict: it echoes whatever the VMM filled in."""
 
     state: VmState
-    config: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
     memory_actual_size: int | None = None
     device_tree: dict[str, Any] | None = None

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import field
 from typing import Any
 
-from pydantic import Field, ValidationError
-
+from ch_launcher.jsonmodel import DecodeError, decode
 from ch_launcher.kubevirt.vmi_base import Empty, Quantity, _Model  # re-exported
 from ch_launcher.kubevirt.vmi_devices import (  # re-exported
     GPU,
@@ -117,7 +117,7 @@ __all__ = [  # every public name of the model, wherever it is defined
     "Probe", "Quantity", "Realtime", "ReservedOverhead", "ResourceRequirements", "SecretSource",
     "ServiceAccountSource", "SoundDevice", "TPMDevice", "VMISpec", "VMIStatus",
     "VirtualMachineInstance", "Volume", "VolumeStatus", "Watchdog", "field_path",
-    "from_validation_error", "is_dns1123_label", "parse_vmi",
+    "from_decode_error", "is_dns1123_label", "parse_vmi",
 ]
 
 
@@ -137,9 +137,9 @@ class ObjectMeta(_Model):
     generateName: str = ""
     namespace: str = ""
     uid: str = ""
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
-    ownerReferences: list[OwnerReference] = Field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    ownerReferences: list[OwnerReference] = field(default_factory=list)
     deletionTimestamp: str | None = None
     creationTimestamp: str | None = None
 
@@ -157,9 +157,9 @@ class Probe(_Model):
 
 
 class VMISpec(_Model):
-    domain: DomainSpec = Field(default_factory=DomainSpec)
-    volumes: list[Volume] = Field(default_factory=list)
-    networks: list[Network] = Field(default_factory=list)
+    domain: DomainSpec = field(default_factory=DomainSpec)
+    volumes: list[Volume] = field(default_factory=list)
+    networks: list[Network] = field(default_factory=list)
     terminationGracePeriodSeconds: int | None = None
     evictionStrategy: str | None = None
     startStrategy: str | None = None
@@ -167,18 +167,18 @@ class VMISpec(_Model):
     readinessProbe: Probe | None = None
     hostname: str = ""
     subdomain: str = ""
-    accessCredentials: list[dict[str, Any]] = Field(default_factory=list)
+    accessCredentials: list[dict[str, Any]] = field(default_factory=list)
     architecture: str = ""
-    nodeSelector: dict[str, str] = Field(default_factory=dict)
+    nodeSelector: dict[str, str] = field(default_factory=dict)
     priorityClassName: str = ""
 
 
 class VirtualMachineInstance(_Model):
     apiVersion: str = "kubevirt.io/v1"
     kind: str = "VirtualMachineInstance"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: VMISpec = Field(default_factory=VMISpec)
-    status: VMIStatus = Field(default_factory=VMIStatus)
+    metadata: ObjectMeta = field(default_factory=ObjectMeta)
+    spec: VMISpec = field(default_factory=VMISpec)
+    status: VMIStatus = field(default_factory=VMIStatus)
 
     @property
     def grace_period_seconds(self) -> int:
@@ -223,13 +223,11 @@ _MAP_FIELDS = frozenset({"labels", "annotations", "nodeSelector"})
 
 
 def field_path(loc: tuple[Any, ...]) -> str:
-    """Turn a pydantic location `('spec', 'domain', 'devices', 'disks', 1, 'name')` into
+    """Turn a decoder's location `('spec', 'domain', 'devices', 'disks', 1, 'name')` into
     KubeVirt's `spec.domain.devices.disks[1].name`; map keys as `metadata.annotations[a]`."""
     out = ""
     previous: Any = None
     for part in loc:
-        if part == "[key]":  # pydantic's marker for "the key itself is invalid"
-            continue
         if isinstance(part, int) or previous in _MAP_FIELDS:
             out += f"[{part}]"
         else:
@@ -238,13 +236,13 @@ def field_path(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def from_validation_error(err: ValidationError, prefix: str = "") -> InvalidVMI:
+def from_decode_error(err: DecodeError, prefix: str = "") -> InvalidVMI:
     causes = []
-    for e in err.errors(include_url=False):
-        path = field_path(e["loc"])  # the model has no unions, whose members would add type tags
+    for loc, message in err.problems:
+        path = field_path(loc)
         if prefix:
             path = f"{prefix}.{path}" if path else prefix
-        causes.append((path, f"{path}: {e['msg']}" if path else e["msg"]))
+        causes.append((path, f"{path}: {message}" if path else message))
     return InvalidVMI(", ".join(m for _, m in causes), causes)
 
 
@@ -265,8 +263,8 @@ def parse_vmi(payload: bytes | str | dict[str, Any], *, prefix: str = "") -> Vir
     if not isinstance(data, dict):
         raise InvalidVMI(f"the VMI must be a JSON object, got {type(data).__name__}")
     try:
-        return VirtualMachineInstance.model_validate(data)
-    except ValidationError as e:
-        raise from_validation_error(e, prefix) from None
-    except (TypeError, ValueError, RecursionError) as e:  # defensive: pydantic wraps most errors
-        raise InvalidVMI(f"the VMI could not be decoded: {e}") from None
+        return decode(VirtualMachineInstance, data)
+    except DecodeError as e:
+        raise from_decode_error(e, prefix) from None
+    except RecursionError:  # a dict nested deeper than the interpreter's stack
+        raise InvalidVMI("the VMI could not be decoded: it is nested too deeply") from None

@@ -4,9 +4,8 @@ Part of `ch_launcher.kubevirt.vmi` (which re-exports every name); its convention
 
 from __future__ import annotations
 
+from dataclasses import field
 from typing import Any, ClassVar
-
-from pydantic import Field
 
 from ch_launcher.kubevirt.vmi_base import Empty, _Model
 
@@ -66,8 +65,8 @@ class DHCPPrivateOptions(_Model):
 class DHCPOptions(_Model):
     bootFileName: str = ""
     tftpServerName: str = ""
-    ntpServers: list[str] = Field(default_factory=list)
-    privateOptions: list[DHCPPrivateOptions] = Field(default_factory=list)
+    ntpServers: list[str] = field(default_factory=list)
+    privateOptions: list[DHCPPrivateOptions] = field(default_factory=list)
 
 
 class Interface(_Model):
@@ -83,7 +82,7 @@ class Interface(_Model):
     passtBinding: Empty | None = None
     macAddress: str = ""
     bootOrder: int | None = None
-    ports: list[Port] = Field(default_factory=list)
+    ports: list[Port] = field(default_factory=list)
     pciAddress: str = ""
     dhcpOptions: DHCPOptions | None = None
     tag: str = ""
@@ -161,10 +160,10 @@ class PanicDevice(_Model):
 class Devices(_Model):
     useVirtioTransitional: bool | None = None
     disableHotplug: bool = False
-    disks: list[Disk] = Field(default_factory=list)
+    disks: list[Disk] = field(default_factory=list)
     watchdog: Watchdog | None = None
-    interfaces: list[Interface] = Field(default_factory=list)
-    inputs: list[Input] = Field(default_factory=list)
+    interfaces: list[Interface] = field(default_factory=list)
+    inputs: list[Input] = field(default_factory=list)
     autoattachPodInterface: bool | None = None
     autoattachGraphicsDevice: bool | None = None
     autoattachSerialConsole: bool | None = None
@@ -175,11 +174,11 @@ class Devices(_Model):
     rng: Empty | None = None
     blockMultiQueue: bool | None = None
     networkInterfaceMultiqueue: bool | None = None
-    gpus: list[GPU] = Field(default_factory=list)
+    gpus: list[GPU] = field(default_factory=list)
     downwardMetrics: Empty | None = None
-    panicDevices: list[PanicDevice] = Field(default_factory=list)
-    filesystems: list[Filesystem] = Field(default_factory=list)
-    hostDevices: list[HostDevice] = Field(default_factory=list)
+    panicDevices: list[PanicDevice] = field(default_factory=list)
+    filesystems: list[Filesystem] = field(default_factory=list)
+    hostDevices: list[HostDevice] = field(default_factory=list)
     clientPassthrough: Empty | None = None
     sound: SoundDevice | None = None
     tpm: TPMDevice | None = None

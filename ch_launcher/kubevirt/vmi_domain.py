@@ -5,9 +5,8 @@ Part of `ch_launcher.kubevirt.vmi` (which re-exports every name); its convention
 
 from __future__ import annotations
 
+from dataclasses import field
 from typing import Any
-
-from pydantic import Field
 
 from ch_launcher.kubevirt.vmi_base import Empty, Quantity, _Model
 from ch_launcher.kubevirt.vmi_devices import Devices
@@ -16,8 +15,8 @@ from ch_launcher.kubevirt.vmi_devices import Devices
 
 
 class ResourceRequirements(_Model):
-    requests: dict[str, Quantity] = Field(default_factory=dict)
-    limits: dict[str, Quantity] = Field(default_factory=dict)
+    requests: dict[str, Quantity] = field(default_factory=dict)
+    limits: dict[str, Quantity] = field(default_factory=dict)
     overcommitGuestOverhead: bool = False
 
 
@@ -40,7 +39,7 @@ class CPU(_Model):
     threads: int = 0
     maxSockets: int = 0
     model: str = ""
-    features: list[CPUFeature] = Field(default_factory=list)
+    features: list[CPUFeature] = field(default_factory=list)
     dedicatedCpuPlacement: bool = False
     numa: NUMA | None = None
     isolateEmulatorThread: bool = False
@@ -147,14 +146,14 @@ class LaunchSecurity(_Model):
 
 
 class DomainSpec(_Model):
-    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    resources: ResourceRequirements = field(default_factory=ResourceRequirements)
     cpu: CPU | None = None
     memory: Memory | None = None
     machine: Machine | None = None
     firmware: Firmware | None = None
     clock: Clock | None = None
     features: Features | None = None
-    devices: Devices = Field(default_factory=Devices)
+    devices: Devices = field(default_factory=Devices)
     ioThreadsPolicy: str = ""
     ioThreads: dict[str, Any] | None = None
     chassis: dict[str, Any] | None = None

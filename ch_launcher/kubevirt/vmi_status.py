@@ -4,7 +4,7 @@ Part of `ch_launcher.kubevirt.vmi` (which re-exports every name); its convention
 
 from __future__ import annotations
 
-from pydantic import Field
+from dataclasses import field
 
 from ch_launcher.kubevirt.vmi_base import Quantity, _Model
 
@@ -12,10 +12,10 @@ from ch_launcher.kubevirt.vmi_base import Quantity, _Model
 
 
 class PVCInfo(_Model):
-    accessModes: list[str] = Field(default_factory=list)
+    accessModes: list[str] = field(default_factory=list)
     volumeMode: str = ""  # "Filesystem" | "Block"
-    capacity: dict[str, Quantity] = Field(default_factory=dict)
-    requests: dict[str, Quantity] = Field(default_factory=dict)
+    capacity: dict[str, Quantity] = field(default_factory=dict)
+    requests: dict[str, Quantity] = field(default_factory=dict)
     preallocated: bool = False
     filesystemOverhead: str | None = None  # CDI's fraction of a filesystem volume ("0.055")
 
@@ -95,11 +95,11 @@ class Condition(_Model):
 class VMIStatus(_Model):
     phase: str = ""
     VSOCKCID: int | None = None
-    volumeStatus: list[VolumeStatus] = Field(default_factory=list)
-    interfaces: list[InterfaceStatus] = Field(default_factory=list)
+    volumeStatus: list[VolumeStatus] = field(default_factory=list)
+    interfaces: list[InterfaceStatus] = field(default_factory=list)
     migrationState: MigrationState | None = None
     migrationTransport: str = ""  # "Unix" for every VMI created by KubeVirt >= 1.5; "" = legacy TCP
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = field(default_factory=list)
     launcherContainerImageVersion: str = ""
     runtimeUser: int = 0
     memory: MemoryStatus | None = None

@@ -4,9 +4,8 @@ Part of `ch_launcher.kubevirt.vmi` (which re-exports every name); its convention
 
 from __future__ import annotations
 
+from dataclasses import field
 from typing import Any, ClassVar
-
-from pydantic import Field
 
 from ch_launcher.kubevirt.vmi_base import Empty, Quantity, _Model
 
@@ -78,7 +77,7 @@ class ServiceAccountSource(_Model):
 
 
 class DownwardAPISource(_Model):
-    fields: list[dict[str, Any]] = Field(default_factory=list)
+    fields: list[dict[str, Any]] = field(default_factory=list)
     volumeLabel: str = ""
 
 

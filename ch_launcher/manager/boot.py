@@ -67,10 +67,6 @@ class Boot:
         self._runner = runner
         self._swtpm: Swtpm | None = None        # the TPM of a VM that has one; kept across VMMs
 
-    @property
-    def swtpm_pid(self) -> int | None:
-        return self._swtpm.pid if self._swtpm is not None else None
-
     # --- translate, prepare --------------------------------------------------------------------
 
     async def plan(self, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
@@ -196,6 +192,8 @@ class Boot:
         start_paused = not record.booted_once.is_set() and vmi.spec.startStrategy == "Paused"
         try:
             await session.call(client.boot, timeout=self.settings.boot_timeout)
+            if not record.booted_once.is_set():
+                log.info("vm.boot returned")  # bench/cluster.py's timeline
             if start_paused:
                 heard = session.events_heard()
                 await session.call(client.pause)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ch_launcher import lifecycle
@@ -42,12 +43,12 @@ def complete_metadata(vmi: VirtualMachineInstance, settings: ManagerSettings) ->
     meta = vmi.metadata
     if meta.uid and meta.name and meta.namespace:
         return vmi
-    meta = meta.model_copy(update={"name": meta.name or settings.name, "uid": meta.uid or settings.uid,
-                                   "namespace": meta.namespace or settings.namespace})
+    meta = replace(meta, name=meta.name or settings.name, uid=meta.uid or settings.uid,
+                   namespace=meta.namespace or settings.namespace)
     if not (meta.uid and meta.name and meta.namespace):
         raise CommandFailed("the VMI has no metadata.name, metadata.namespace or metadata.uid, and the "
                             "launcher's --name/--namespace/--uid do not say either")
-    return vmi.model_copy(update={"metadata": meta})
+    return replace(vmi, metadata=meta)
 
 
 class Commands:

@@ -21,6 +21,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ch_launcher import epitaph
+from ch_launcher.epitaph import EpitaphFile
 from ch_launcher.lifecycle import ALIVE, Intent, VmState
 from ch_launcher.manager import features
 from ch_launcher.manager.boot import Boot
@@ -52,7 +54,7 @@ class DomainManager:
         self.settings = settings
         self._closed = False
         self._runner = Runner()
-        self._record = DomainRecord(sink)
+        self._record = DomainRecord(sink, EpitaphFile(epitaph.path_in(settings.private_dir)))
         self._guest = GuestServices(settings)
         self._host = VmmHost(settings)
         self._planner = Planner(settings)
@@ -95,13 +97,6 @@ class DomainManager:
     @property
     def vmm_pid(self) -> int | None:
         return self._host.current.pid if self._host.current is not None else None
-
-    def owned_pids(self) -> set[int]:
-        """Children whose exit status the VMM supervisor collects itself (not to be reaped by others)."""
-        pids = self._host.owned_pids()
-        if self._boot.swtpm_pid is not None:
-            pids.add(self._boot.swtpm_pid)
-        return pids
 
     def guest_agent_unavailable(self, vmi: VirtualMachineInstance) -> str:
         """The in-band error of a guest-agent command (Freeze, Unfreeze) for `vmi`'s domain:

@@ -41,7 +41,7 @@ __all__ = ["api", "convert", "ctypes", "devices", "dhcp", "migration_source", "m
 _MODULES = {
     "api": "ch_launcher.ch.api",                 # the VMM's REST client and its errors
     "process": "ch_launcher.ch.process",         # starting the VMM
-    "convert": "ch_launcher.convert",            # VMI -> Plan (pydantic models, the configurators)
+    "convert": "ch_launcher.convert",            # VMI -> Plan (the VMI model, the configurators)
     "prepare": "ch_launcher.prepare",            # disks, ISOs and files before the VMM opens them
     "stats": "ch_launcher.stats",                # GetDomainStats
     "tpm": "ch_launcher.manager.tpm",            # swtpm, for a VMI with a TPM

@@ -284,4 +284,4 @@ def _adopt_macs(plan: Plan | None, config: dict[str, object]) -> None:
     plan.dhcp = [replace(spec, mac=macs.get(spec.interface, spec.mac)) for spec in plan.dhcp]
     plan.interfaces = [replace(i, mac=macs.get(i.alias, i.mac)) for i in plan.interfaces]
     if plan.config.net:
-        plan.config.net = [n.model_copy(update={"mac": macs.get(n.id or "", n.mac)}) for n in plan.config.net]
+        plan.config.net = [replace(n, mac=macs.get(n.id or "", n.mac)) for n in plan.config.net]

@@ -35,7 +35,7 @@ cannot be hot-plugged here (not on a tap: vhost-user) was added.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ch_launcher.convert import podnet
@@ -81,10 +81,10 @@ def reachable(vmi: VirtualMachineInstance, live: Plan) -> VirtualMachineInstance
                and (i.name not in ready or i.sriov is not None)]
     if not pending:
         return vmi
-    marked = [i.model_copy(update={"state": "absent"}) if i.name in pending else i for i in interfaces]
-    devices = vmi.spec.domain.devices.model_copy(update={"interfaces": marked})
-    domain = vmi.spec.domain.model_copy(update={"devices": devices})
-    return vmi.model_copy(update={"spec": vmi.spec.model_copy(update={"domain": domain})})
+    marked = [replace(i, state="absent") if i.name in pending else i for i in interfaces]
+    devices = replace(vmi.spec.domain.devices, interfaces=marked)
+    domain = replace(vmi.spec.domain, devices=devices)
+    return replace(vmi, spec=replace(vmi.spec, domain=domain))
 
 
 def plan_changes(live: Plan, wanted: Plan, vmi: VirtualMachineInstance, removing: set[str]) -> NicChanges:

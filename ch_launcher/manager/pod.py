@@ -25,7 +25,7 @@ def release_memory(maps_path: str = "/proc/self/maps") -> int:
     full collection no longer pauses the event loop for tens of milliseconds in the middle of a
     GetDomain), return free heap pages to the kernel (glibc's malloc_trim), and ask
     the kernel to reclaim the file pages the launcher has mapped (MADV_PAGEOUT on each
-    file-backed mapping: the interpreter, gRPC's and pydantic's shared objects, ...). Start-up
+    file-backed mapping: the interpreter, gRPC's and protobuf's shared objects, ...). Start-up
     touched far more of them than serving a running VM does; the pages still in use fault
     straight back in, the rest leave the launcher's resident set (and the page cache, when no
     other process maps them). Anonymous memory is never touched. A launcher idles for the life

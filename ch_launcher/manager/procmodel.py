@@ -36,9 +36,9 @@ DOC = "docs/process-model.md"
 def model_problem(spawning: VmmSpawning | None, vmm_pid: int) -> str | None:
     """Why virt-handler would not find what it looks for in this pod; None when all is there."""
     if spawning is None:
-        return ("the launcher runs without its monitor (no --kubevirt-runtime-processes, which the pod mutator "
-                "sets for such VMIs), so the VMM is the launcher's own child; virt-handler looks for it among "
-                "the children of the launcher's parent")
+        return ("the launcher runs without its VMM spawner (no --kubevirt-runtime-processes, which the pod "
+                "mutator sets for such VMIs), so the VMM is the launcher's own child; virt-handler looks for it "
+                "among the children of the launcher's parent")
     me = os.getpid()
     if not spawning.subreaper:
         return (f"the monitor (pid {spawning.monitor_pid}) could not become a child subreaper, so the VMM is "

@@ -9,14 +9,16 @@ once and hand it to the sink (virt-handler's Notify client, which queues it and 
 the order and retries of delivery are its own, `notify.py`): ADDED for a freshly booted domain,
 MODIFIED afterwards, and a final MODIFIED with `ObjectMeta.deletionTimestamp` when the VM is
 forgotten (contract §2.5, §10.4). `wait_until` waits, without polling, for a change that makes a predicate hold.
+While a VM runs here, the record also keeps the launcher's epitaph up to date: the Domain, as
+Shutoff/Crashed, that the monitor sends virt-handler should the launcher die (`ch_launcher.epitaph`).
 
 Who writes what: the state, through `set_state`, whoever observes it change (the commands, the
 boot, the supervision of the VMM, a migration); `user_paused` and `soft_reboot`, the commands
 and what they started; `migration` and `migration_paused`, the migration source or target;
 `current_memory`, the reconfiguration. None of them sends anything itself.
 
-Failure behaviour: nothing here raises on a change; a sink that fails is logged, and the events
-after it still go.
+Failure behaviour: nothing here raises on a change; a sink or an epitaph that fails is logged, and
+the events after it still go.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ch_launcher.manager.view import domain_view
 
 if TYPE_CHECKING:
     from ch_launcher.convert import Plan
+    from ch_launcher.epitaph import EpitaphFile
     from ch_launcher.kubevirt.migration import MigrationMetadata
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
     from ch_launcher.manager.settings import EventSink
@@ -52,7 +55,7 @@ log = logging.getLogger(__name__)
 class DomainRecord:
     """The facts behind the Domain, the Domain JSON, and the events that tell virt-handler."""
 
-    def __init__(self, sink: EventSink | None) -> None:
+    def __init__(self, sink: EventSink | None, epitaph: EpitaphFile | None = None) -> None:
         self._state = VmState.UNDEFINED
         self._down: Reason | None = None
         self.user_paused = False            # paused through PauseVirtualMachine: Paused/User, never resumed by a Sync
@@ -68,6 +71,7 @@ class DomainRecord:
         self._domain_json = ""
         self._announced = False             # an ADDED was sent for the current domain
         self._sink = sink
+        self._epitaph = epitaph
         self._changed = asyncio.Event()
         self.booted_once = asyncio.Event()  # a VM booted (or arrived) at least once: "domain defined"
         self.forgotten = asyncio.Event()    # the final deletion event has been queued
@@ -112,6 +116,8 @@ class DomainRecord:
         self._down = down if state is VmState.DOWN else None
         if publish:
             self.publish(force=force)
+        else:
+            self._write_epitaph()
 
     def refresh(self, vmi: VirtualMachineInstance) -> None:
         """A Sync's VMI: the Domain describes it and takes its DeletionGracePeriodSeconds."""
@@ -147,10 +153,7 @@ class DomainRecord:
         status = lifecycle.domain_status(self._state, user_paused=self.user_paused, down=self._down)
         if status == (LifeCycle.PAUSED, Reason.UNKNOWN) and self.migration_paused:
             status = (LifeCycle.PAUSED, Reason.MIGRATION)
-        vmi, plan = self._vmi, self._plan
-        text = "" if status is None or vmi is None or plan is None else domain_json(
-            domain_view(vmi, plan, *status, grace=self._grace, panic_count=self._panic_count,
-                        current_memory=self.current_memory, migration=self.migration, panic_info=self._panic_info))
+        text = "" if status is None else self._domain_as(status)
         changed = text != self._domain_json
         self._domain_json = text
         if status is not None and text and (changed or force):
@@ -158,7 +161,29 @@ class DomainRecord:
             self._announced = True
             self._send_domain(text, kind)
             log.info("domain %s: %s/%s", kind, status[0].value, status[1].value)
+        self._write_epitaph()
         self.bump()
+
+    def _domain_as(self, status: tuple[LifeCycle, Reason]) -> str:
+        """The Domain JSON in `status`; "" while there is no VMI or plan to draw it from."""
+        vmi, plan = self._vmi, self._plan
+        if vmi is None or plan is None:
+            return ""
+        return domain_json(domain_view(vmi, plan, *status, grace=self._grace, panic_count=self._panic_count,
+                                       current_memory=self.current_memory, migration=self.migration,
+                                       panic_info=self._panic_info))
+
+    def _write_epitaph(self) -> None:
+        """The Domain to send if the launcher died now: this one crashed, while the VM runs here
+        (not while it is still arriving, or leaving, by a migration); none otherwise."""
+        if self._epitaph is None:
+            return
+        runs_here = self._state in lifecycle.ALIVE and not self.migration_paused
+        crashed = lifecycle.domain_status(VmState.DOWN, user_paused=False, down=Reason.CRASHED)
+        try:
+            self._epitaph.write(self._domain_as(crashed) if runs_here and crashed is not None else "")
+        except OSError as e:
+            log.warning("cannot write the launcher's epitaph (%s): %s", self._epitaph.path, e.strerror or e)
 
     def k8s_event(self, type_: str, reason: str, message: str) -> None:
         """A Kubernetes event about the VMI (none before a VMI is known)."""
@@ -183,6 +208,7 @@ class DomainRecord:
             view = deleted_domain_view(vmi.metadata.name, vmi.metadata.namespace, vmi.metadata.uid,
                                        now_rfc3339(), panic_count=self._panic_count, panic_info=self._panic_info)
             self._send_domain(domain_json(view), "MODIFIED")
+        self._write_epitaph()
         self.forgotten.set()
         self.bump()
 

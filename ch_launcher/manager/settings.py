@@ -14,7 +14,7 @@ from ch_launcher.kubevirt import paths
 if TYPE_CHECKING:
     from ch_launcher.ch.process import VmmSpawning
 
-# What the first Sync needs and readiness does not (pydantic models, the configurators):
+# What the first Sync needs and readiness does not (the VMI model, the configurators):
 # about 0.3 s of imports, so `preload()` runs them in a thread once the command socket is ready.
 HEAVY_MODULES = ("ch_launcher.kubevirt.vmi", "ch_launcher.ch.api", "ch_launcher.ch.process", "ch_launcher.convert",
                  "ch_launcher.prepare", "ch_launcher.dhcp", "ch_launcher.stats")

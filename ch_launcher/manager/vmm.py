@@ -152,10 +152,6 @@ class VmmHost:
         """`listener` hears every event and exit from now on."""
         self._listener = listener
 
-    def owned_pids(self) -> set[int]:
-        """Children whose exit status the VMM supervisor collects itself (not to be reaped by others)."""
-        return {s.pid for s in list(self._spawned) if s.process.returncode is None and not s.process.adopted}
-
     async def spawn(self) -> VmmSession:
         """Start a VMM (its session becomes `current`) and watch it. Raises VmmStartError if it
         cannot be executed. Does not wait for its API: see `wait_ready`."""

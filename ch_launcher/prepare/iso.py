@@ -1,7 +1,7 @@
-"""ISO 9660 images in pure Python (pycdlib): cloud-init data sources and config volumes.
+"""ISO 9660 images: cloud-init data sources and config volumes.
 
-What goes into each image is decided here; the image itself is written by a short-lived child
-process (`ch_launcher.prepare.isowriter`), so pycdlib is never loaded into the launcher.
+What goes into each image is decided here; the image itself is written in-process by
+`ch_launcher.prepare.isowriter`.
 
 Like KubeVirt's (`xorrisofs -joliet -rock`), the images carry Rock Ridge names (what Linux
 shows) and Joliet names (what Windows shows) beside the ISO 9660 ones, and the volume label
@@ -20,8 +20,6 @@ import json
 import logging
 import os
 import posixpath
-import subprocess
-import sys
 from collections.abc import Iterable
 
 from ch_launcher.convert.plan import BuildCloudInitIso, BuildIso
@@ -53,26 +51,10 @@ def collect_dir(source_dir: str, prefix: str = "") -> list[tuple[str, str]]:
     return out
 
 
-def write_iso(path: str, label: str, files: Iterable[tuple[str, bytes]], *, timeout: float = 60.0) -> None:
-    """Write an ISO with `label` holding `files` (relative path, content), atomically, in a
-    child process (`ch_launcher.prepare.isowriter`: pycdlib never loads into the launcher).
-    Raises IsoWriteError (an OSError) with the writer's message when it fails or does not
-    answer within `timeout` seconds."""
-    request = isowriter.encode_request(path, label, files)
-    try:
-        # Run by path, not `-m`: importing the package ch_launcher.prepare would load the translator.
-        done = subprocess.run([sys.executable, isowriter.__file__], input=request,
-                              capture_output=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        raise IsoWriteError(f"the ISO writer did not finish within {timeout:g} s") from None
-    answer = done.stdout.decode(errors="replace").strip()
-    if answer != "written":
-        detail = answer.removeprefix("error: ") or done.stderr.decode(errors="replace").strip()[-500:]
-        raise IsoWriteError(detail or f"the ISO writer exited with {done.returncode} and said nothing")
-
-
-class IsoWriteError(OSError):
-    """The ISO writer child failed; `str()` is its message."""
+def write_iso(path: str, label: str, files: Iterable[tuple[str, bytes]]) -> None:
+    """Write an ISO with `label` holding `files` (relative path, content), atomically. Raises
+    OSError, or ValueError for a file path the image cannot hold."""
+    isowriter.write_image(path, label, files)
 
 
 def build_iso(step: BuildIso) -> None:
@@ -100,7 +82,7 @@ def build_iso(step: BuildIso) -> None:
         write_iso(step.path, step.volume_label, files)
     except PreparationError:
         raise
-    except OSError as e:
+    except (OSError, ValueError) as e:
         raise PreparationError(step.field, f"{step.field}: cannot build the ISO {step.path}: {e}") from None
     log.info("built ISO %s (label %s, %d files) for %s", step.path, step.volume_label, len(files), step.field)
 
@@ -169,6 +151,6 @@ def build_cloud_init_iso(step: BuildCloudInitIso) -> None:
         write_iso(step.path, label, files)
     except PreparationError:
         raise
-    except OSError as e:
+    except (OSError, ValueError) as e:
         raise PreparationError(step.field, f"{step.field}: cannot build the cloud-init ISO {step.path}: {e}") from None
     log.info("built cloud-init ISO %s (%s) for %s", step.path, posixpath.basename(step.path), step.field)

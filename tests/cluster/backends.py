@@ -227,8 +227,11 @@ def kill_launchers(cluster: NodeCluster, names: dict[str, str]) -> dict[str, flo
     try:
         pods = {b: cluster.launcher_pod(cluster.wait_for_vmi(n, ready=True)) for b, n in names.items()}
         killed: dict[str, float] = {}
-        for backend, launcher in ((QEMU, "virt-launcher"), (CLOUD_HYPERVISOR, "ch-launcher")):
-            (pid,) = cluster.processes(pods[backend])[launcher]
+        for backend in (QEMU, CLOUD_HYPERVISOR):
+            if backend == QEMU:
+                (pid,) = cluster.processes(pods[backend])["virt-launcher"]
+            else:
+                pid = cluster.ch_launcher(pods[backend])
             os.kill(pid, signal.SIGKILL)
             killed[backend] = time.monotonic()
         cluster.wait_for(lambda: set(names.values()) <= set(watch.first("Failed")), "both VMIs to fail",

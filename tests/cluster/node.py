@@ -413,6 +413,13 @@ class NodeCluster(Cluster):
                 found.setdefault(Path(f"/proc/{pid}/comm").read_text().strip(), []).append(int(pid))
         return found
 
+    def ch_launcher(self, pod: dict[str, Any]) -> int:
+        """The host PID of the ch-launcher of `pod`: of the compute container's two `ch-launcher`
+        processes, the child of the other (its monitor, the container's first process)."""
+        ours = self.processes(pod)["ch-launcher"]
+        (launcher,) = [pid for pid in ours if parent_pid(pid) in ours]
+        return launcher
+
     def serial_log(self, pod: dict[str, Any]) -> str:
         """What the pod's `guest-console-log` container (KubeVirt's virt-tail) printed: the guest's serial log."""
         return self.ok("logs", pod["metadata"]["name"], "-c", "guest-console-log")
@@ -464,6 +471,11 @@ class NodeCluster(Cluster):
         if len(found) != 1:
             raise ClusterError(f"{len(found)} processes named {comm} in {container} of {pod['metadata']['name']}")
         return found[0]
+
+
+def parent_pid(pid: int) -> int:
+    """The parent of host process `pid` (/proc/PID/stat)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def archive_reference(archive: Archive) -> str:

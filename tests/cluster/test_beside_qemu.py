@@ -194,21 +194,22 @@ def test_a_qemu_vmi_and_a_cloud_hypervisor_vmi_both_run_on_through_virt_handler_
 
 def test_a_killed_virt_launcher_and_a_killed_ch_launcher_fail_their_vmis_alike(
         node_cluster: NodeCluster, side_by_side: dict[str, str]) -> None:
-    """SIGKILL of the launcher process of each backend, one right after the other. ch-launcher is
-    its compute container's first process: when it dies the kernel ends every process of the
-    container's PID namespace, its VMM at once (the container exits 137). QEMU's pod keeps
-    virt-launcher-monitor, which stops QEMU and exits (255, once 1). virt-handler learns either way only
-    from its watchdog, when the launcher's command socket has refused connections for 30 s
+    """SIGKILL of the launcher process of each backend, one right after the other. Each pod keeps
+    its monitor, the compute container's first process, which stops the VMM: ch-launcher's at
+    once, and the container exits with the launcher's status (137); virt-launcher-monitor stops
+    QEMU and exits (255, once 1). ch-launcher's monitor also hands virt-handler the launcher's epitaph (the
+    Domain Shutoff/Crashed), so its VMI fails at once; virt-handler learns of QEMU's only from its
+    watchdog, when the launcher's command socket has refused connections for 30 s
     (`--watchdog-timeout`, checked every 11 s: `pkg/virt-handler/cache/domain-watcher.go`;
-    KubeVirt's own path for a crashed virt-launcher), and fails the VMI as crashed. The times are
-    printed (bench/cluster.py measures them over rounds)."""
+    KubeVirt's own path for a crashed virt-launcher). Both fail as crashed. The times are printed
+    (bench/cluster.py measures them over rounds)."""
     both = create_both(node_cluster, side_by_side)
     (_, qemu_pod), (_, ch_pod) = both[QEMU], both[CLOUD_HYPERVISOR]
     qemu_processes, ch_processes = node_cluster.processes(qemu_pod), node_cluster.processes(ch_pod)
     (vmm,), (qemu,) = ch_processes[VMM[CLOUD_HYPERVISOR]], qemu_processes[VMM[QEMU]]
     watch = node_cluster.watch("vmi")  # all of them: kubectl watches one name at most
     try:
-        os.kill(ch_processes["ch-launcher"][0], signal.SIGKILL)
+        os.kill(node_cluster.ch_launcher(ch_pod), signal.SIGKILL)
         killed = {CLOUD_HYPERVISOR: time.monotonic()}
         os.kill(qemu_processes["virt-launcher"][0], signal.SIGKILL)
         killed[QEMU] = time.monotonic()
@@ -223,7 +224,7 @@ def test_a_killed_virt_launcher_and_a_killed_ch_launcher_fail_their_vmis_alike(
         watch.close()
     print(f"\nSIGKILL -> VMI Failed: ch-launcher (Cloud Hypervisor) {failed[CLOUD_HYPERVISOR]:.1f} s (its VMM gone "
           f"{vmm_gone:.2f} s), virt-launcher (QEMU) {failed[QEMU]:.1f} s")
-    # ch-launcher's container ends as its first process did (killed: 137); virt-launcher-monitor
+    # ch-launcher's monitor exits with the launcher's status (killed: 137); virt-launcher-monitor
     # exits on its own, 255 (its child's -1 status) in most runs, 1 in one run at load 33
     exit_codes = {CLOUD_HYPERVISOR: {128 + signal.SIGKILL}, QEMU: {1, 255}}
     for backend, expected in exit_codes.items():

@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
+from tests.apiserver.cluster import ClusterError
 from tests.cluster.images import LAUNCHER_IMAGE
-from tests.cluster.node import NodeCluster
+from tests.cluster.node import NodeCluster, parent_pid
 from tests.cluster.objects import annotated_vm, annotated_vmi
 
 MiB = 1 << 20
@@ -210,6 +211,56 @@ def vmm_pid_in_pod(events: set[tuple[str, str, str]]) -> str:
     return message.split("(pid ", 1)[1].split(")", 1)[0]
 
 
+def test_a_killed_launcher_takes_its_vmm_with_it_and_the_vmi_fails_at_once(node_cluster: NodeCluster, fresh):
+    """The compute container's first process is the launcher's monitor, as virt-launcher-monitor is
+    virt-launcher's: when the launcher dies it stops the VMM, tells virt-handler the VM is gone
+    (the launcher's epitaph: Shutoff/Crashed) and ends with the launcher's status, taking the
+    containerDisk containers with it (their sockets removed), so kubelet, virt-handler and
+    virt-controller all see it at once. (Without the monitor virt-handler learnt it only when its
+    watchdog gave up on the launcher's socket: 39.7 s.)"""
+    ((vmi, pod),) = fresh("f-launcher-kill")
+    uid, name = vmi["metadata"]["uid"], pod["metadata"]["name"]
+    processes = node_cluster.processes(pod)
+    (vmm,) = processes["cloud-hyperviso"]
+    launcher = node_cluster.ch_launcher(pod)
+    (monitor,) = set(processes["ch-launcher"]) - {launcher}
+    assert (parent_pid(launcher), parent_pid(vmm)) == (monitor, launcher)
+    watch = node_cluster.watch("vmi", "f-launcher-kill", columns="UID:.metadata.uid,PHASE:.status.phase")
+    pod_watch = node_cluster.watch("pod", name, columns="NAME:.metadata.name,PHASE:.status.phase")
+    try:
+        os.kill(launcher, signal.SIGKILL)
+        killed = time.monotonic()
+        node_cluster.wait_for(lambda: not alive(vmm), "the VMM to end with its launcher", timeout=5, every=0.05)
+        vmm_gone = time.monotonic() - killed
+        node_cluster.wait_for(lambda: "Failed" in watch.seen(key=uid), "the VMI to fail", timeout=60, every=0.1)
+        failed = watch.first("Failed")[uid] - killed
+        node_cluster.wait_for(lambda: "Failed" in pod_watch.seen(key=name), "the launcher pod to end", timeout=60)
+        pod_failed = pod_watch.first("Failed")[name] - killed
+    finally:
+        watch.close()
+        pod_watch.close()
+    print(f"\nch-launcher SIGKILLed -> VMM gone {vmm_gone:.2f} s, VMI Failed {failed:.1f} s, "
+          f"pod Failed {pod_failed:.1f} s")
+    compute = next(s for s in node_cluster.json("get", "pod", name)["status"]["containerStatuses"]
+                   if s["name"] == "compute")
+    assert compute["state"]["terminated"]["exitCode"] == 128 + signal.SIGKILL
+    try:
+        events = events_once(node_cluster, uid, "Stopped", "LauncherCrashed")
+    except ClusterError as e:
+        log = node_cluster.kubectl("logs", name, "-c", "compute").out[-4000:]
+        raise AssertionError(f"{e}: {events_of(node_cluster, uid)}\nthe compute container's log:\n{log}") from None
+    said = (f"ch-launcher (pid {launcher_pid_in_pod(events)}) was killed by signal 9 while the VM was running; "
+            "the VM is gone")
+    assert CRASHED in events and ("Warning", "LauncherCrashed", said) in events, events
+    assert not set(node_cluster.containers_of(name)) & node_cluster.running_tasks()
+
+
+def launcher_pid_in_pod(events: set[tuple[str, str, str]]) -> str:
+    """The launcher's PID in the pod's PID namespace, as its LauncherCrashed event names it."""
+    (message,) = [m for _, reason, m in events if reason == "LauncherCrashed"]
+    return message.split("(pid ", 1)[1].split(")", 1)[0]
+
+
 WEBHOOK_DOWN = ('Error from server (InternalError): error when creating "STDIN": Internal error occurred: failed '
                 'calling webhook "virtualmachineinstances.validator.kubevirt-ch.io": failed to call webhook: Post '
                 '"https://ch-admission.kubevirt-ch.svc:443/validate?timeout=5s": no endpoints available for service '
@@ -373,7 +424,7 @@ def test_a_guest_flooding_its_console_leaves_the_launchers_memory_flat_and_the_c
     was, with a client attached and without, and `virtctl console` connects in the middle of the
     flood and stops it. (The log's rotation at 2 MiB: tests/functional/test_console.py.)"""
     ((vmi, pod),) = fresh("f-flood")
-    (launcher,) = node_cluster.processes(pod)["ch-launcher"]
+    launcher = node_cluster.ch_launcher(pod)
     samples: list[int] = []
 
     def sample_for(seconds: float) -> None:

@@ -39,6 +39,11 @@ class Watch:
         with self._lock:
             return [row[column] for row in self.rows if len(row) > column and (key is None or row[0] == key)]
 
+    def timed_rows(self) -> list[tuple[list[str], float]]:
+        """Every row so far with the `time.monotonic()` it was read at."""
+        with self._lock:
+            return list(zip(self.rows, self.times, strict=True))
+
     def first(self, value: str, column: int = 1) -> dict[str, float]:
         """When each object (first column) was first seen with `value` in `column`."""
         found: dict[str, float] = {}

@@ -185,6 +185,15 @@ class LauncherProcess:
         names = (VMM_COMM_PREFIX, os.path.basename(self.ch_binary)[:15])
         return sorted(p for p in self.processes() if _comm(p).startswith(names))
 
+    @property
+    def launcher_pid(self) -> int:
+        """The launcher itself (the command's own process is its monitor, docs/process-model.md).
+        RuntimeError while it is not there."""
+        pid = self.roles()["launcher"]
+        if pid is None:
+            raise RuntimeError(f"no launcher below the monitor (pid {self.pid})\n{self.log_text()}")
+        return pid
+
     def roles(self) -> dict[str, int | None]:
         """The pod's processes by role (docs/process-model.md): `monitor` (the command's own
         process), `launcher` (its child that serves launcher-sock), `spawner` (the launcher's
@@ -230,7 +239,9 @@ class LauncherProcess:
         return self.popen.returncode
 
     def kill(self) -> int | None:
-        """SIGKILL the launcher and every descendant seen (for test teardown)."""
+        """SIGKILL the launcher and every descendant seen (for test teardown), and wait until each
+        has exited (its memory, hugepages included, given back): the VMM is the monitor's
+        grandchild, so the monitor's own exit does not say that it is gone."""
         if self.popen is None:
             return None
         self._remember_descendants()
@@ -240,7 +251,11 @@ class LauncherProcess:
         if self.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, signal.SIGKILL)
-        return self.popen.wait()
+        status = self.popen.wait()
+        deadline = time.monotonic() + 10
+        while any(_running(pid) for pid in self._descendants) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return status
 
     def log_text(self) -> str:
         try:
@@ -250,6 +265,15 @@ class LauncherProcess:
 
 
 VMM_COMM_PREFIX = "qemu-system"
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie has exited and given back its memory)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def _comm(pid: int) -> str:

@@ -1,5 +1,6 @@
-"""The Velero backup hook's `virt-freezer` against a real ch-launcher: with no guest agent (always
-on Cloud Hypervisor) it exits 0 without freezing, as upstream's does, so backups proceed."""
+"""The Velero backup hook's `virt-freezer` against a real ch-launcher, run as the image runs it
+(`python -ISOO .../ch_launcher/freezer.py`: no site-packages): with no guest agent it exits 0
+without freezing, as upstream's does, so backups proceed. (With an agent: tests/unit/test_freezer.py.)"""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 
 import pytest
 
+from ch_launcher import freezer as freezer_module
 from tests.functional.harness import Harness
 
 
@@ -19,7 +21,7 @@ def vh():
 
 
 def freezer(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ch_launcher.freezer", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-ISOO", freezer_module.__file__, *args], capture_output=True, text=True,
                           timeout=30, check=False)
 
 

@@ -330,6 +330,58 @@ def test_a_vmm_crash_becomes_shutoff_crashed_and_the_launcher_keeps_serving(vh):
 
 
 @BOTH_VMMS
+@pytest.mark.parametrize("runtime_processes", [False, True], ids=["vmm-under-launcher", "vmm-under-monitor"])
+def test_a_killed_launcher_takes_its_vmm_with_it_and_virt_handler_hears_the_vm_crashed(new_harness,
+                                                                                      runtime_processes):
+    """The monitor (the command's process, as in a pod) outlives the launcher: it stops the VMM,
+    tells virt-handler the VM is gone (Shutoff/Crashed, as for a crashed VMM, and a warning),
+    and exits with the launcher's status, in both of the pod's process trees."""
+    vh = new_harness(runtime_processes=runtime_processes)
+
+    async def story():
+        await vh.boot()
+        vmm, launcher = vh.vmm_pid(), vh.launcher.roles()["launcher"]
+        assert launcher is not None and launcher != vh.launcher.pid
+        since = len(vh.recorder.events)
+        os.kill(launcher, signal.SIGKILL)
+        event = await vh.recorder.wait_for_status("Shutoff", "Crashed", since=since, timeout=10)
+        assert event.event_type == "MODIFIED"
+        assert event.domain["Spec"]["Metadata"]["KubeVirt"]["UID"] == vh.vmi["metadata"]["uid"]
+        warning = await vh.recorder.wait_for_k8s_event("LauncherCrashed")
+        assert (warning["type"], warning["involvedObject"]["uid"]) == ("Warning", vh.vmi["metadata"]["uid"])
+        assert warning["message"] == (f"ch-launcher (pid {launcher}) was killed by signal 9 while the VM was "
+                                      f"running; the VM is gone")
+        assert await vh.launcher.wait_exit(30) == 128 + signal.SIGKILL
+        assert not os.path.exists(f"/proc/{vmm}")  # stopped and reaped by the monitor
+        assert [str(e) for e in vh.recorder.events[since:]] == ["MODIFIED Shutoff/Crashed"]
+
+    vh.run(story())
+
+
+@pytest.mark.parametrize("stopped_first", [False, True], ids=["before-any-sync", "after-the-vm-was-deleted"])
+def test_a_launcher_killed_with_no_vm_running_leaves_virt_handler_nothing_to_hear(new_harness, stopped_first):
+    """No VM ran here (before the first Sync, or after the VM was stopped and deleted): the
+    monitor says nothing on the launcher's behalf."""
+    vh = new_harness()
+
+    async def story():
+        await vh.start()
+        if stopped_first:
+            await vh.client.sync(vh.vmi)
+            await vh.recorder.wait_for_status("Running")
+            await vh.client.vmi_command("KillVirtualMachine", vh.vmi)
+            await vh.recorder.wait_for_status("Shutoff", "Destroyed")
+            await vh.client.vmi_command("DeleteVirtualMachine", vh.vmi)
+            await vh.recorder.wait_for_deleted()
+        since = len(vh.recorder.events)
+        os.kill(vh.launcher.roles()["launcher"], signal.SIGKILL)
+        assert await vh.launcher.wait_exit(30) == 128 + signal.SIGKILL
+        assert vh.recorder.events[since:] == [] and vh.recorder.k8s_events == []
+
+    vh.run(story())
+
+
+@BOTH_VMMS
 def test_a_vcpu_failure_is_shutoff_crashed_not_a_clean_shutdown(vh):
     """A KVM emulation failure: CH stops the VM as after a guest poweroff (vm:shutdown, exit 0);
     the launcher tells the two apart by the VMM's log and reports Crashed, so virt-handler sets

@@ -154,7 +154,7 @@ def test_a_vmi_virt_handler_reaches_into_fails_its_sync_on_a_launcher_without_th
         with pytest.raises(CommandError) as e:
             await h.client.sync(h.vmi)
         assert ("virt-handler would not find this VMI's VMM and would fail its reconcile: the launcher runs "
-                "without its monitor") in str(e.value)
+                "without its VMM spawner") in str(e.value)
         assert h.requests("vm.create") == []
         assert (await h.client.get_domain()) is None
 

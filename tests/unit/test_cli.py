@@ -95,30 +95,6 @@ def test_simulate_crash_exits_non_zero_at_once():
     assert main(["--simulate-crash"]) != 0
 
 
-def test_as_pid_1_without_a_monitor_orphaned_zombies_are_reaped_but_not_the_vmm():
-    import os
-    import subprocess
-    import sys
-    import time
-
-    from ch_launcher.cli import _is_zombie, reap_orphans
-
-    orphan = subprocess.Popen([sys.executable, "-c", "pass"])
-    vmm = subprocess.Popen([sys.executable, "-c", "pass"])
-    deadline = time.monotonic() + 10
-    while not (_is_zombie(orphan.pid) and _is_zombie(vmm.pid)) and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-    class Manager:
-        def owned_pids(self):
-            return {vmm.pid}
-
-    reap_orphans(Manager())
-    assert not os.path.exists(f"/proc/{orphan.pid}")  # reaped: gone from /proc
-    assert _is_zombie(vmm.pid)  # left for its supervisor
-    assert vmm.wait(5) == 0
-
-
 def test_the_process_tree_of_virt_handlers_runtime_is_asked_for_by_a_flag():
     assert parse_args([]).kubevirt_runtime_processes is False
     assert parse_args(["--kubevirt-runtime-processes"]).kubevirt_runtime_processes is True

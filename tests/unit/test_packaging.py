@@ -23,12 +23,12 @@ EXTRAS = PYPROJECT["project"]["optional-dependencies"]
 # package -> (its extra, what its process must never load: the other image's stack)
 SIDES = {
     "ch_launcher": ("launcher", {"aiohttp", "kubernetes", "cryptography", "prometheus_client", "yaml", "requests",
-                                 "urllib3"}),
+                                 "urllib3", "pydantic"}),
     "admission": ("admission", {"grpc", "google.protobuf", "pycdlib", "psutil"}),
 }
 # Modules of the package that are developer tools, not part of its process (run from a checkout).
 # Distributions a declared one pins exactly and whose modules the code may import by name.
-COMPANIONS = {"pydantic-core": "pydantic"}  # pydantic_core.PydanticCustomError
+COMPANIONS = {"pydantic-core": "pydantic"}  # pydantic's own, should a module import pydantic_core
 DEV_MODULES = {"ch_launcher._proto.regenerate"}  # `make proto`: needs grpcio-tools (the test extra)
 
 IMPORT_ALL = """

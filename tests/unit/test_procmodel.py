@@ -54,7 +54,7 @@ def test_a_launcher_whose_parent_is_not_the_monitor_is_named(tree, monkeypatch):
 
 
 def test_no_monitor_and_no_subreaper_are_named(tree):
-    assert "without its monitor" in procmodel.model_problem(None, VMM)
+    assert "without its VMM spawner" in procmodel.model_problem(None, VMM)
     assert "could not become a child subreaper" in procmodel.model_problem(spawning(subreaper=False), VMM)
 
 

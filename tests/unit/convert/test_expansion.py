@@ -9,6 +9,7 @@ import pytest
 
 from ch_launcher.convert.expansion import DiskSizing, claim_size, guest_size
 from ch_launcher.convert.plan import ExpandImage
+from ch_launcher.jsonmodel import decode
 from ch_launcher.kubevirt.vmi import PVCInfo
 from tests.unit.convert.vmibuild import pvc_status, run, virtio, vmi, with_status
 
@@ -68,7 +69,7 @@ def test_a_hotplugged_claim_follows_its_size_live_only():
 @pytest.mark.parametrize(("capacity", "requested", "size"), [
     ("2Gi", "1Gi", GiB), ("1Gi", "2Gi", GiB), ("1Gi", None, None), (None, "1Gi", None), ("lots", "1Gi", None)])
 def test_the_claims_size_is_the_smaller_of_request_and_capacity_and_needs_both(capacity, requested, size):
-    info = PVCInfo.model_validate(pvc_status("x", capacity, requested)["persistentVolumeClaimInfo"])
+    info = decode(PVCInfo, pvc_status("x", capacity, requested)["persistentVolumeClaimInfo"])
     assert claim_size(info) == size
 
 

@@ -9,14 +9,15 @@ from hypothesis import strategies as st
 from ch_launcher.convert import podnet
 from ch_launcher.convert.netinfo import NetworkInfoError, parse_network_info
 from ch_launcher.convert.vfio import AddressPool, VfioError, normalise_pci_address, resource_env_var
+from ch_launcher.jsonmodel import decode
 from ch_launcher.kubevirt.vmi import Network
 
-POD = Network(name="default", pod={})
-DEFAULT_MULTUS = Network(name="main", multus={"networkName": "a", "default": True})
+POD = decode(Network, {"name": "default", "pod": {}})
+DEFAULT_MULTUS = decode(Network, {"name": "main", "multus": {"networkName": "a", "default": True}})
 
 
 def secondary(name):
-    return Network(name=name, multus={"networkName": f"ns/{name}"})
+    return decode(Network, {"name": name, "multus": {"networkName": f"ns/{name}"}})
 
 
 def test_hashed_names_match_upstream_vectors():

@@ -1,4 +1,6 @@
-"""ISO images read back with pycdlib: labels, layouts, names, Secret-mounted data, atomic rebuilds."""
+"""ISO images read back by two independent readers: pycdlib, and xorriso (what KubeVirt itself
+makes them with): labels, layouts, Rock Ridge and Joliet names, Secret-mounted data, atomic
+rebuilds, and the writer's own edges (long names, clashing ISO 9660 names, deep trees, many files)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import io
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -14,7 +17,7 @@ import pytest
 
 from ch_launcher.convert.plan import BuildCloudInitIso, BuildIso, IsoFile
 from ch_launcher.prepare import PreparationError
-from ch_launcher.prepare.iso import build_cloud_init_iso, build_iso
+from ch_launcher.prepare.iso import build_cloud_init_iso, build_iso, write_iso
 
 FIELD = "spec.volumes[0].cloudInitNoCloud"
 
@@ -38,9 +41,12 @@ def read_iso(path: str) -> tuple[str, dict[str, bytes]]:
 
 
 def joliet_names(path: str) -> set[str]:
+    """The files of the Joliet tree; none without one."""
     iso = pycdlib.PyCdlib()
     iso.open(path)
     try:
+        if not iso.has_joliet():
+            return set()
         return {f"{d.rstrip('/')}/{n}" for d, _, names in iso.walk(joliet_path="/") for n in names}
     finally:
         iso.close()
@@ -186,14 +192,108 @@ def test_an_iso_the_writer_cannot_write_is_a_preparation_error_with_the_writers_
     assert "cannot build the cloud-init ISO" in e.value.message and "File exists" in e.value.message
 
 
-def test_building_an_iso_never_loads_pycdlib_into_the_launcher(tmp_path: pathlib.Path) -> None:
-    """pycdlib runs in the short-lived writer child (ch_launcher/prepare/isowriter.py), so the
-    launcher's own memory never holds it."""
+def test_building_an_iso_loads_nothing_but_the_standard_library_and_starts_no_process(tmp_path: pathlib.Path) -> None:
+    """The image is written in the launcher's own process in about a millisecond (no pycdlib,
+    no child: that cost 100-600 ms of the first Sync)."""
     path = tmp_path / "x.iso"
-    code = ("import sys\nfrom ch_launcher.prepare.iso import write_iso\n"
+    code = ("import subprocess, sys\nsubprocess.Popen = None\nfrom ch_launcher.prepare.iso import write_iso\n"
+            "before = set(sys.modules)\n"
             f"write_iso({str(path)!r}, 'cidata', [('meta-data', b'{{}}')])\n"
-            "print('pycdlib' in sys.modules)")
+            "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] not in sys.stdlib_module_names))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "False"
+    assert done.stdout.strip() == "[]"
     assert read_iso(str(path)) == ("cidata", {"/meta-data": b"{}"})
+
+
+XORRISO = shutil.which("xorriso")
+
+
+def xorriso_view(path: str, *, rock_ridge: bool = True) -> dict[str, tuple[str, bytes | None]]:
+    """{path: (mode as `ls -l` shows it, content or None for a directory)} as xorriso reads the
+    image: through Rock Ridge, or (`rock_ridge=False`) through Joliet."""
+    if XORRISO is None:
+        pytest.fail("xorriso is missing (Makefile TEST_TOOLS)")
+    flags = [] if rock_ridge else ["-rockridge", "off", "-joliet", "on"]
+    listing = subprocess.run([XORRISO, *flags, "-indev", path, "-find", "/", "-exec", "lsdl", "--"],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+    out: dict[str, tuple[str, bytes | None]] = {}
+    extract = pathlib.Path(path + ".extracted")
+    subprocess.run([XORRISO, *flags, "-osirrox", "on", "-indev", path, "-extract", "/", str(extract)],
+                   capture_output=True, timeout=60, check=True)
+    for line in listing.splitlines():
+        mode, name = line.split()[0], line.split("'")[1]
+        if name != "/":
+            out[name] = (mode, None if mode.startswith("d") else (extract / name.lstrip("/")).read_bytes())
+    return out
+
+
+def test_xorriso_reads_the_rock_ridge_and_the_joliet_trees_alike(tmp_path: pathlib.Path) -> None:
+    step = BuildCloudInitIso(field="spec.volumes[0].cloudInitConfigDrive", path=str(tmp_path / "configdrive.iso"),
+                             data_source="configDrive", meta_data=(("uuid", "u"),), user_data=b"#!/bin/sh\n",
+                             network_data=b"{}")
+    build_cloud_init_iso(step)
+    expected = {"/openstack": ("dr-xr-xr-x", None), "/openstack/latest": ("dr-xr-xr-x", None),
+                "/openstack/latest/user_data": ("-r--r--r--", b"#!/bin/sh\n"),
+                "/openstack/latest/meta_data.json": ("-r--r--r--", b'{"uuid":"u"}'),
+                "/openstack/latest/network_data.json": ("-r--r--r--", b"{}")}
+    assert xorriso_view(step.path) == expected
+    assert {k: v[1] for k, v in xorriso_view(step.path, rock_ridge=False).items()} == {
+        k: v[1] for k, v in expected.items()}
+
+
+def test_names_iso_9660_cannot_hold_keep_their_own_names_through_rock_ridge(tmp_path: pathlib.Path) -> None:
+    """Kubernetes keys may be 253 characters of any case, and differ only where ISO 9660's
+    upper-case `A-Z0-9_` names cannot tell them apart; a tree may be deep and wide."""
+    files = {"a" * 253: b"1", "A" * 253: b"2", "x.y.z": b"3", "x_y.z": b"4", "..dot": b"5", "dir/sub/deep/f": b"6"}
+    files.update({f"many/key-{n:03}": str(n).encode() for n in range(150)})  # directories of several sectors
+    path = str(tmp_path / "cfg.iso")
+    write_iso(path, "cfgdata", files.items())
+    assert read_iso(path) == ("cfgdata", {f"/{k}": v for k, v in files.items()})
+    extracted = {k: v[1] for k, v in xorriso_view(path).items() if v[1] is not None}
+    assert extracted == {f"/{k}": v for k, v in files.items()}
+    assert joliet_names(path) == set()  # 253 characters: too long for Joliet, which is left out
+
+
+def test_a_label_too_long_for_joliet_keeps_rock_ridge_and_its_iso_9660_label(tmp_path: pathlib.Path) -> None:
+    path = str(tmp_path / "label.iso")
+    write_iso(path, "a-label-of-twenty-chars", [("k", b"v")])
+    assert read_iso(path) == ("a-label-of-twenty-chars", {"/k": b"v"})
+    assert joliet_names(path) == set()
+
+
+@pytest.mark.parametrize("bad", ["", "/abs", "a//b", "a/"])
+def test_a_path_the_image_cannot_hold_is_a_value_error(tmp_path: pathlib.Path, bad: str) -> None:
+    with pytest.raises(ValueError, match="not a relative file path"):
+        write_iso(str(tmp_path / "x.iso"), "l", [(bad, b"")])
+
+
+ISOINFO = shutil.which("isoinfo")
+
+
+def isoinfo(path: str, *args: str) -> bytes:
+    """What genisoimage's `isoinfo` (a third reader, independent of libisofs and pycdlib) prints."""
+    if ISOINFO is None:
+        pytest.fail("isoinfo is missing (Makefile TEST_TOOLS: genisoimage)")
+    return subprocess.run([ISOINFO, "-i", path, *args], capture_output=True, timeout=60, check=True).stdout
+
+
+def test_blkid_finds_the_label_cloud_init_looks_for_and_isoinfo_reads_every_tree(tmp_path: pathlib.Path) -> None:
+    """cloud-init finds its NoCloud data by the filesystem label as blkid reads it (`cidata`);
+    a file of many sectors reads back whole through the Rock Ridge, Joliet and ISO 9660 names."""
+    user = b"#cloud-config\n" + os.urandom(3 << 20)
+    step = nocloud(tmp_path, user_data=user, network_data=b"version: 2\n")
+    build_cloud_init_iso(step)
+    probe = subprocess.run(["blkid", "-p", "-o", "export", step.path], capture_output=True, text=True, timeout=60,
+                           check=True).stdout.splitlines()
+    assert {"TYPE=iso9660", "LABEL=cidata", "USAGE=filesystem"} <= set(probe), probe
+    described = isoinfo(step.path, "-d").decode()
+    assert "Volume id: cidata" in described and "Rock Ridge signatures version 1 found" in described
+    assert "Joliet with UCS level 3 found" in described
+    for tree in ("-R", "-J"):  # the Rock Ridge and the Joliet names
+        listing = isoinfo(step.path, tree, "-l").decode()
+        assert {line.split()[-1] for line in listing.splitlines() if line.startswith("-")} == {
+            "meta-data", "network-config", "user-data"}, listing
+        assert isoinfo(step.path, tree, "-x", "/user-data") == user
+    assert isoinfo(step.path, "-f").decode().split() == ["/META_DATA.;1", "/NETWORK_CONFIG.;1", "/USER_DATA.;1"]
+    assert isoinfo(step.path, "-x", "/USER_DATA.;1") == user
