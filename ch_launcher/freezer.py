@@ -5,10 +5,10 @@ virt-controller annotates launcher pods with Velero pre/post backup hooks that r
 container (kubevirt pkg/storage/pod/annotations/generator.go@d923fdb815cd). Without that
 executable the hook fails and Velero fails the pod's backup, so the ch-launcher image ships this
 one. It keeps upstream's decision logic (kubevirt cmd/virt-freezer/main.go@d923fdb815cd): dial
-the launcher's command socket, ask `GetGuestInfo`; with no guest agent (always the case on Cloud
-Hypervisor, which has no virtio-serial agent channel) log "No guest agent, exiting" and exit 0,
-so the backup proceeds crash-consistent, exactly as it does for a QEMU VM without an agent.
-With an agent it would call Freeze/Unfreeze, which ch-launcher answers in-band.
+the launcher's command socket, ask `GetGuestInfo`; with no guest agent (the guest runs none on
+vsock, or it is not connected yet) log "No guest agent, exiting" and exit 0, so the backup
+proceeds crash-consistent, exactly as it does for a QEMU VM without an agent. With an agent it
+calls Freeze/Unfreeze, which ch-launcher carries out through the agent.
 
 Exit status: 0 on success or no agent, 1 on any failure (bad flags, launcher unreachable, RPC
 failure), as upstream.

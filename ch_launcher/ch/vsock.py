@@ -12,7 +12,9 @@ tests/contract/test_vsock.py):
   stream without a word (`VsockRefused`);
 - the guest's driver has not activated the device (early boot, a guest without the driver)
   or the VM is paused: nobody accepts, the command sits in the socket's backlog and no answer
-  comes (`VsockTimeout`); the VMM reads it, and drops it, once the device runs;
+  comes (`VsockTimeout`); the VMM reads it, and drops it, once the device runs. Connections
+  given up stay in the backlog (somaxconn, 4096 by default): once it is full, a connection fails at once (also
+  `VsockTimeout`);
 - no VM: the socket does not exist (before `vm.boot`, after the VM stopped: the VMM removes it)
   or nobody listens on it (a VMM that was killed leaves the file) (`VsockUnavailable`).
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
+import socket
 
 CONNECT = "CONNECT {port}\n"
 MAX_ANSWER = 64  # "OK 1073741824\n" is 14 bytes
@@ -48,15 +50,22 @@ class VsockTimeout(VsockError):
 async def connect(path: str, port: int, timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A stream to guest port `port` through the VM's vsock socket `path`, within `timeout`
     seconds. Raises VsockUnavailable, VsockRefused or VsockTimeout; nothing is left open then."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK)
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path, limit=1 << 20), timeout)
-    except TimeoutError:
-        raise VsockTimeout(f"connecting to {path} took longer than {timeout:g} s (the VMM's backlog is full)") from None
+        # A unix socket connects at once or not at all: into the listener's backlog, which the
+        # VMM empties only while the device runs. A full one (a guest that never activated the
+        # device) is EAGAIN, which asyncio's connect would take for "in progress".
+        sock.connect(path)
+        reader, writer = await asyncio.open_unix_connection(sock=sock, limit=1 << 20)
     except (FileNotFoundError, ConnectionRefusedError) as e:
+        sock.close()
         raise VsockUnavailable(f"no VM behind {path}: {e.strerror}") from None
+    except BlockingIOError:
+        sock.close()
+        raise VsockTimeout(f"{path}: the VMM accepts no connection (its backlog is full: the guest has not "
+                           "activated its vsock device)") from None
     except OSError as e:
-        if e.errno == errno.EAGAIN:  # a unix socket's full backlog, for a non-blocking connect
-            raise VsockTimeout(f"{path}: the VMM accepts no connection (its backlog is full)") from None
+        sock.close()
         raise VsockUnavailable(f"cannot connect to {path}: {e.strerror or e}") from None
     try:
         writer.write(CONNECT.format(port=port).encode())

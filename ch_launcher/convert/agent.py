@@ -32,6 +32,7 @@ from ch_launcher.convert.devices import VSOCK_SOCKET
 from ch_launcher.convert.plan import AgentCredential, GuestAgentSpec
 
 LOCAL_CID = 3             # the guest's vsock address when the VMI has no CID of its own
+VSOCK_ID = "_vsock"       # the device's id: never a VMI device's name (those are DNS labels, without "_")
 AGENT_PORT = 1023         # the guest port qemu-ga listens on
 VMADDR_CID_ANY = 4294967295
 AGENT_COMMAND = f"qemu-ga --method=vsock-listen --path={VMADDR_CID_ANY}:{AGENT_PORT}"
@@ -44,8 +45,10 @@ def configure_guest_agent(t: Translation) -> None:
     credentials the agent propagates; a warning for each feature that needs the agent."""
     if t.config.vsock is None:
         t.config.vsock = VsockConfig(cid=LOCAL_CID, socket=f"{t.vmi_dir}/{VSOCK_SOCKET}")
+    t.config.vsock.id = VSOCK_ID  # named in `virtio-device:activated` when the guest's driver takes it
     credentials = _credentials(t)
-    t.guest_agent = GuestAgentSpec(socket=t.config.vsock.socket, port=AGENT_PORT, credentials=credentials)
+    t.guest_agent = GuestAgentSpec(socket=t.config.vsock.socket, port=AGENT_PORT, device=VSOCK_ID,
+                                   credentials=credentials)
     for name, probe in (("livenessProbe", t.vmi.spec.livenessProbe), ("readinessProbe", t.vmi.spec.readinessProbe)):
         if probe is None:
             continue

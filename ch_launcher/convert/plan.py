@@ -206,10 +206,12 @@ class AgentCredential:
 @dataclass(frozen=True)
 class GuestAgentSpec:
     """Where the launcher reaches the guest's QEMU guest agent (`convert.agent`): guest vsock
-    port `port` through the VM's hybrid-vsock socket `socket`; and what it propagates."""
+    port `port` through the VM's hybrid-vsock socket `socket`, the vsock device being `device`;
+    and what it propagates."""
 
     socket: str
     port: int
+    device: str
     credentials: tuple[AgentCredential, ...] = ()
 
 

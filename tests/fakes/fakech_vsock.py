@@ -8,7 +8,7 @@ unix/muxer.rs`, `device.rs`@v53.0), measured on the real v53.0 (tests/contract/t
   a VMM that was killed leaves it behind), removed when the VM stops, bound again at a reboot;
 - nothing is accepted before the guest's driver activates the device (`activate`), nor while
   the VM is paused (the device thread is paused): a connection then waits, unanswered, in the
-  socket's backlog (128);
+  socket's backlog (the kernel's maximum, somaxconn);
 - a host connection writes `connect <port>\\n` (any case; at most one line): a port something
   listens on in the guest gets `OK <host port>\\n` (host ports counted from 2**30) and the
   stream is the guest connection; any other port, or a malformed command, closes the stream
@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 HOST_PORT_BASE = 1 << 30
-BACKLOG = 128  # Rust's UnixListener::bind
+BACKLOG = 4096  # Rust's UnixListener::bind asks for the most the kernel gives (somaxconn, 4096 here)
 MIN_CONNECT = len("connect 0\n")
 CONNECT = b"connect "
 

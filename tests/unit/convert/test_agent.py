@@ -42,10 +42,10 @@ def test_every_vm_gets_a_vsock_with_the_local_cid_and_the_agent_is_reached_on_it
     t = run(plain(), private_dir=str(tmp_path))
     assert t.problems == [] and t.warnings == []  # nothing needs the agent: nothing to warn about
     assert t.config.vsock is not None
-    assert t.config.vsock.to_api() == {"cid": 3, "socket": f"{tmp_path}/{UID}/vsock"}
+    assert t.config.vsock.to_api() == {"cid": 3, "socket": f"{tmp_path}/{UID}/vsock", "id": "_vsock"}
     assert t.guest_agent is not None
-    assert (t.guest_agent.socket, t.guest_agent.port, t.guest_agent.credentials) == (f"{tmp_path}/{UID}/vsock",
-                                                                                     AGENT_PORT, ())
+    assert (t.guest_agent.socket, t.guest_agent.port, t.guest_agent.device, t.guest_agent.credentials) == (
+        f"{tmp_path}/{UID}/vsock", AGENT_PORT, "_vsock", ())
 
 
 def test_the_vsock_autoattach_vsock_asked_for_carries_the_agent_with_kubevirts_cid() -> None:
