@@ -14,10 +14,11 @@ STAMP := $(VENV)/.installed-stamp
 # The real node of tests/cluster (../shared/k8s/node-up.sh): containerd and runc, the CNI plugins
 # (containernetworking-plugins, found by path), iptables (kube-proxy), nftables (virt-handler's
 # masquerade rules), xz-utils (../shared keeps its binaries xz-compressed); the images it runs are
-# built with podman (`make images`) on a base image made with mmdebstrap.
+# built with podman (`make images`) on a base image made with mmdebstrap. qemu-guest-agent: the
+# real qemu-ga the simulated guest's agent is compared with (tests/real_agent.py).
 TEST_TOOLS := busybox:busybox qemu-img:qemu-utils ip:iproute2 as:binutils setcap:libcap2-bin swtpm:swtpm curl:curl openssl:openssl \
 	containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins iptables:iptables nft:nftables \
-	xz:xz-utils podman:podman mmdebstrap:mmdebstrap
+	xz:xz-utils podman:podman mmdebstrap:mmdebstrap /usr/sbin/qemu-ga:qemu-guest-agent
 # ... and the benchmarks: wrk (bench/admission.py's load generator).
 BENCH_TOOLS := wrk:wrk
 

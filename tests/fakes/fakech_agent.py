@@ -10,7 +10,9 @@ unexpected or missing arguments `GenericError`; while frozen every command but
 `FROZEN_ALLOWED` is `CommandNotFound` (`... has been disabled: the agent is in frozen state`)
 and `guest-info` shows them disabled; freezing a guest with no freezable filesystem freezes
 nothing, answers 0 and stays thawed; `guest-exec-status` of a process that has been reported
-exited is `Invalid parameter 'pid'`; `guest-shutdown` answers nothing when it succeeds.
+exited is `Invalid parameter 'pid'`; `guest-shutdown` answers nothing when it succeeds;
+`guest-exec-status` leaves out a stream that printed nothing; `guest-ssh-get-authorized-keys`
+lists the file's keys last first, and the file holds them one a line without a final newline.
 
 The simulated guest: the OS `OS_INFO`, host name `fake-guest`, UTC, a root user (`/root`), one
 ext4 filesystem on the VM's first disk (none without disks: an initramfs), a NIC per VmConfig
@@ -311,12 +313,13 @@ class Agent:
             raise generic("Invalid parameter 'pid'")
         code, out, err, captured = entry
         status: dict[str, Any] = {"exitcode": code}
-        if captured:
-            if err:
-                status["err-data"] = base64.b64encode(err).decode()
+        if captured and err:  # qemu-ga leaves out a stream that printed nothing
+            status["err-data"] = base64.b64encode(err).decode()
+        if captured and out:
             status["out-data"] = base64.b64encode(out).decode()
-            if err:
-                status["err-truncated"] = False
+        if captured and err:
+            status["err-truncated"] = False
+        if captured and out:
             status["out-truncated"] = False
         status["exited"] = True
         return status
@@ -382,7 +385,7 @@ class Agent:
         if path not in self.guest.files:
             raise generic(f"failed to read '{path}': Failed to open file \u201c{path}\u201d: No such file or "
                           "directory")
-        return {"keys": self._keys(user)}
+        return {"keys": self._keys(user)[::-1]}  # qemu-ga lists the file's keys last first
 
     def do_ssh_add_authorized_keys(self, _: str, args: dict[str, Any]) -> Any:
         user = str(args["username"])
