@@ -75,6 +75,28 @@ def _libraries(binary: str) -> list[str]:
     return [part for line in out.splitlines() for part in line.split() if part.startswith("/")]
 
 
+def stage_root(stage: Path, applets: tuple[str, ...] = APPLETS) -> None:
+    """Fill `stage` with a root the agent runs in: qemu-ga, busybox with `applets`, the libraries
+    both load (the files, not their links), a root user with `/root`, Debian's os-release. The
+    Linux guest that runs the agent (tests/agent_guest.py) is made of the same root."""
+    for sub in ("usr/sbin", "bin", "etc", "root", "lib64"):
+        (stage / sub).mkdir(parents=True, exist_ok=True)
+    shutil.copy2(QEMU_GA, stage / "usr/sbin/qemu-ga")
+    busybox = shutil.which("busybox")
+    assert busybox is not None
+    shutil.copy2(busybox, stage / "bin/busybox")
+    for library in {*_libraries(QEMU_GA), *_libraries(busybox)}:
+        target = stage / library.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(library, target)  # follows symlinks: the file itself
+    for applet in applets:
+        (stage / "bin" / applet).symlink_to("busybox")
+    (stage / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    (stage / "etc/group").write_text("root:x:0:\n")
+    (stage / "etc/shadow").write_text("root::19000:0:99999:7:::\n")
+    (stage / "etc/os-release").write_text(OS_RELEASE)
+
+
 class RealAgent:
     """qemu-ga in its own namespaces (see the module docstring); `socket` once started."""
 
@@ -96,22 +118,7 @@ class RealAgent:
 
     def start(self, timeout: float = 20.0) -> None:
         stage = self.dir / "stage"
-        for sub in ("usr/sbin", "bin", "etc", "root", "lib64"):
-            (stage / sub).mkdir(parents=True)
-        shutil.copy2(QEMU_GA, stage / "usr/sbin/qemu-ga")
-        busybox = shutil.which("busybox")
-        assert busybox is not None
-        shutil.copy2(busybox, stage / "bin/busybox")
-        for library in {*_libraries(QEMU_GA), *_libraries(busybox)}:
-            target = stage / library.lstrip("/")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(library, target)  # follows symlinks: the file itself
-        for applet in APPLETS:
-            (stage / "bin" / applet).symlink_to("busybox")
-        (stage / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-        (stage / "etc/group").write_text("root:x:0:\n")
-        (stage / "etc/shadow").write_text("root::19000:0:99999:7:::\n")
-        (stage / "etc/os-release").write_text(OS_RELEASE)
+        stage_root(stage)
         (stage / "etc/kch-test").write_text("hello from the guest\n")
         image = self.dir / "data.img"
         with open(image, "wb") as f:
