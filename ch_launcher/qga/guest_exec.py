@@ -32,11 +32,13 @@ async def guest_exec(agent: Commands, command: str, args: list[str], timeout_sec
                      call_timeout: float = 5.0) -> Completed:
     """Run `command args...` in the guest and wait up to `timeout_seconds` for it to exit.
 
-    Raises GuestExecFailed when it did not exit in time or the agent gave no pid, the agent's
-    errors (AgentError: e.g. the program does not exist) and AgentGone as the connection
-    raises them."""
+    `guest-exec` itself may take up to `timeout_seconds` (at least `call_timeout`): the agent
+    answers it once the process is forked, which a busy guest can take seconds to do, and an
+    unanswered call closes the connection. Raises GuestExecFailed when it did not exit in time
+    or the agent gave no pid, the agent's errors (AgentError: e.g. the program does not exist)
+    and AgentGone as the connection raises them."""
     started = await agent.call("guest-exec", {"path": command, "arg": args, "capture-output": True},
-                               timeout=call_timeout)
+                               timeout=max(call_timeout, timeout_seconds))
     pid = started.get("pid", 0) if isinstance(started, dict) else 0
     if not isinstance(pid, int) or pid <= 0:
         raise GuestExecFailed(f"Invalid pid [{pid}] returned from qemu agent during access credential injection: "

@@ -19,9 +19,11 @@ class Scripted:
         self.statuses = list(statuses)
         self.pid = pid
         self.calls: list[tuple[str, dict[str, Any] | None]] = []
+        self.timeouts: list[float] = []
 
     async def call(self, name: str, arguments: dict[str, Any] | None = None, *, timeout: float) -> Any:
         self.calls.append((name, arguments))
+        self.timeouts.append(timeout)
         if name == "guest-exec":
             return {"pid": self.pid}
         if len(self.statuses) > 1:
@@ -56,3 +58,13 @@ def test_a_program_the_guest_does_not_have_is_the_agents_error() -> None:
 
     with pytest.raises(AgentError, match="Failed to execute child process"):
         asyncio.run(guest_exec(Missing(), "nope", [], 1))
+
+
+def test_the_agent_may_take_the_probes_whole_timeout_to_start_the_command() -> None:
+    """A busy guest forks slowly (the Linux guest on this machine's emulated kernel answered
+    guest-exec after 7 s): the start may take the probe's timeout; each status call the usual 5 s."""
+    agent = Scripted({"exited": True, "exitcode": 0})
+    asyncio.run(guest_exec(agent, "true", [], 30, call_timeout=5.0))
+    assert agent.timeouts == [30, 5.0]
+    asyncio.run(guest_exec(agent, "true", [], 1, call_timeout=5.0))
+    assert agent.timeouts[2:] == [5.0, 5.0]
