@@ -235,49 +235,47 @@ class GuestAgent:
             return None
 
     async def _poll_group(self, connection: AgentConnection, group: str) -> None:
-        data = self.data
+        """Ask one group's commands and apply the answers to what the agent last said as it is
+        then: a freeze or thaw answered meanwhile is not overwritten with what was known before."""
+        changes: dict[str, Any] = {}
         try:
             if group == "version":
                 answer = await self._ask(connection, "guest-info")
                 if answer is not None:
-                    version, commands = info.agent_info(answer)
-                    data = replace(data, version=version, supported_commands=commands)
+                    changes["version"], changes["supported_commands"] = info.agent_info(answer)
             elif group == "filesystems":
                 answer = await self._ask(connection, "guest-get-fsinfo")
                 if answer is not None:
-                    data = replace(data, filesystems=info.filesystems(answer))
+                    changes["filesystems"] = info.filesystems(answer)
             elif group == "freeze":
                 answer = await self._ask(connection, "guest-fsfreeze-status")
                 if answer is not None:
-                    data = replace(data, fs_freeze_status=info.fs_freeze_status(answer))
+                    changes["fs_freeze_status"] = info.fs_freeze_status(answer)
             elif group == "users":
                 answer = await self._ask(connection, "guest-get-users")
                 if answer is not None:
-                    data = replace(data, users=info.users(answer))
+                    changes["users"] = info.users(answer)
             else:
-                data = await self._poll_system(connection, data)
+                changes = await self._poll_system(connection)
         except ValueError as e:
             log.error("Cannot parse guest agent %s: %s", group, e)
             return
+        data = replace(self.data, **changes)
         if data != self.data:
             self.data = data
             self._show()
 
-    async def _poll_system(self, connection: AgentConnection, data: GuestAgentData) -> GuestAgentData:
+    async def _poll_system(self, connection: AgentConnection) -> dict[str, Any]:
         """What libvirt's virDomainGetGuestInfo asks for the OS, host name, time zone and NICs."""
-        answer = await self._ask(connection, "guest-get-osinfo")
-        if answer is not None:
-            data = replace(data, os_info=info.os_info(answer))
-        answer = await self._ask(connection, "guest-get-host-name")
-        if answer is not None:
-            data = replace(data, hostname=info.hostname(answer))
-        answer = await self._ask(connection, "guest-get-timezone")
-        if answer is not None:
-            data = replace(data, timezone=info.timezone(answer))
-        answer = await self._ask(connection, "guest-network-get-interfaces")
-        if answer is not None:
-            data = replace(data, interfaces=info.interfaces(answer))
-        return data
+        changes: dict[str, Any] = {}
+        for command, field, parse in (("guest-get-osinfo", "os_info", info.os_info),
+                                      ("guest-get-host-name", "hostname", info.hostname),
+                                      ("guest-get-timezone", "timezone", info.timezone),
+                                      ("guest-network-get-interfaces", "interfaces", info.interfaces)):
+            answer = await self._ask(connection, command)
+            if answer is not None:
+                changes[field] = parse(answer)
+        return changes
 
     # --- requests (the RPCs) ----------------------------------------------------------------
 

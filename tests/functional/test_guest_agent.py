@@ -6,31 +6,38 @@ What virt-handler reads is checked where it reads it: the `org.qemu.guest_agent.
 state in the Domain (its AgentConnected condition, pkg/virt-handler/vm.go `guestAgentConnected`),
 `Status.OSInfo` (status.guestOSInfo), `Status.FSFreezeStatus`, the AccessCredential metadata,
 and the JSON of GetGuestInfo, GetUsers and GetFilesystems (virtctl guestosinfo, userlist,
-fslist). KubeVirt's own client code decodes the same answers in test_probe.py.
+fslist). KubeVirt's own client code decodes the same answers in test_probe.py; the real qemu-ga
+answers them on the real VMM in test_guest_agent_real_vmm.py.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from ch_launcher._proto import kubevirt_cmd_v1_pb2 as cmd_pb2
 from tests.builders import with_spec
 from tests.framework.virt_handler import DomainEvent
+from tests.functional.agent_support import (
+    NOT_CONNECTED,
+    agent_state,
+    answer,
+    answer_when,
+    execute,
+    guest_info,
+    ping,
+    until_agent,
+    vmi_call,
+    write_secret,
+)
 from tests.functional.harness import Harness, make_vmi
 from tests.guest.console import GuestConsole
 
 START_AGENT = "qemu-ga --method=vsock-listen --path=4294967295:1023"
 PROMPT = b"fake-guest login: "
-NOT_CONNECTED = ("LibvirtError(Code=86, Domain=10, Message='Guest agent is not responding: QEMU guest agent is not "
-                 "connected')")
 AGENT_FROM_BOOT = {"FAKE_CH_GUEST_AGENT": "1023"}
 
 pytestmark = pytest.mark.timeout(120)
@@ -51,66 +58,12 @@ def booted(harnesses: list[Harness], *options: Any, env: dict[str, str] | None =
     return h
 
 
-def agent_state(event: DomainEvent) -> str:
-    """The agent channel's state in a Domain, as virt-handler reads it ("" when there is no channel)."""
-    channels = ((event.domain or {}).get("Spec", {}).get("Devices", {}).get("Channels")) or []
-    return next((c["Target"].get("State", "") for c in channels
-                 if (c.get("Target") or {}).get("Name") == "org.qemu.guest_agent.0"), "")
-
-
 def console(h: Harness, *lines: str) -> None:
     """Type each line on the guest's console (through the launcher's virt-serial0), awaiting the prompt."""
     with GuestConsole(str(h.console_socket)) as guest:
         for line in lines:
             guest.send(line.encode() + b"\r")
             guest.read_until(PROMPT)
-
-
-async def until_agent(h: Harness, state: str, *, since: int = 0, timeout: float = 15.0) -> DomainEvent:
-    return await h.recorder.wait_for(lambda e: agent_state(e) == state, timeout=timeout, since=since)
-
-
-def guest_info(h: Harness) -> dict[str, Any]:
-    return dict(h.run(answer(h, "GetGuestInfo", "guestInfoResponse")))
-
-
-async def answer(h: Harness, rpc: str, field: str) -> Any:
-    """The JSON an agent RPC answers (GetGuestInfo, GetUsers, GetFilesystems)."""
-    assert h.client is not None
-    reply = await h.client.call(rpc)
-    assert reply.response.success
-    return json.loads(getattr(reply, field))
-
-
-async def answer_when(h: Harness, rpc: str, field: str, ready: Callable[[Any], bool], timeout: float = 20.0) -> Any:
-    """What `rpc` answers once `ready(answer)` holds: the launcher serves what the agent told at
-    its last poll, and no event says when it polled (tests/polling.py's rule)."""
-    async with asyncio.timeout(timeout):
-        while not ready(value := await answer(h, rpc, field)):  # noqa: ASYNC110 - no event says the agent was polled
-            await asyncio.sleep(0.1)
-    return value
-
-
-def ping(h: Harness) -> Any:
-    assert h.client is not None
-    name = f"{h.vmi['metadata']['namespace']}_{h.vmi['metadata']['name']}"
-    return h.run(h.client.call("GuestPing", cmd_pb2.GuestPingRequest(domainName=name, timeoutSeconds=1)))
-
-
-def execute(h: Harness, *command: str, timeout: int = 1) -> Any:
-    assert h.client is not None
-    name = f"{h.vmi['metadata']['namespace']}_{h.vmi['metadata']['name']}"
-    request = cmd_pb2.ExecRequest(domainName=name, Command=command[0], Args=list(command[1:]),
-                                  timeoutSeconds=timeout)
-    return h.run(h.client.call("Exec", request))
-
-
-def vmi_call(h: Harness, rpc: str, **fields: Any) -> Any:
-    assert h.client is not None
-    vmi = cmd_pb2.VMI(vmiJson=json.dumps(h.vmi).encode())
-    request = (cmd_pb2.FreezeRequest(vmi=vmi, **fields) if rpc == "FreezeVirtualMachine"
-               else cmd_pb2.VMIRequest(vmi=vmi))
-    return h.run(h.client.call(rpc, request))
 
 
 def test_the_agent_shows_connected_once_it_listens_and_disconnected_once_it_stops(harnesses: list[Harness]) -> None:
@@ -251,17 +204,6 @@ def test_ssh_keys_and_passwords_from_access_credentials_reach_the_guest(harnesse
 
 
 # --- helpers ---------------------------------------------------------------------------------------
-
-
-def write_secret(directory: Path, files: dict[str, str]) -> None:
-    """A Secret's files as kubelet's atomic writer leaves them: `..data` and a timestamped directory."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for old in directory.iterdir():
-        if not old.name.startswith(".."):
-            old.unlink()
-    for name, text in files.items():
-        (directory / name).write_text(text)
-    (directory / "..2026_08_22_10_00_00.000000001").mkdir(exist_ok=True)
 
 
 def _credential(event: DomainEvent) -> dict[str, Any] | None:

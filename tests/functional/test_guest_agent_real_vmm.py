@@ -26,8 +26,7 @@ import pytest
 from tests import agent_guest
 from tests.builders import with_spec
 from tests.framework.virt_handler import DomainEvent
-from tests.functional.harness import Harness, RealVmm, make_vmi
-from tests.functional.test_guest_agent import (
+from tests.functional.agent_support import (
     NOT_CONNECTED,
     answer,
     answer_when,
@@ -38,12 +37,13 @@ from tests.functional.test_guest_agent import (
     vmi_call,
     write_secret,
 )
+from tests.functional.harness import Harness, RealVmm, make_vmi
 
-pytestmark = [pytest.mark.real_vmm, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.real_vmm, pytest.mark.timeout(2400)]
 
 KEYS = {"key1": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKch-first kch@test\n",
         "key2": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKch-second kch@test"}
-BOOT_TIMEOUT = 900.0  # the kernel runs emulated: a minute or more at full speed, ten under heavy load
+BOOT_TIMEOUT = 1800.0  # the kernel runs emulated: 5 minutes here with a load of 10, over 15 under the full suite
 
 
 @pytest.fixture
