@@ -16,10 +16,11 @@ STAMP := $(VENV)/.installed-stamp
 # masquerade rules), xz-utils (../shared keeps its binaries xz-compressed); the images it runs are
 # built with podman (`make images`) on a base image made with mmdebstrap. xorriso (what KubeVirt
 # makes its ISOs with) and genisoimage's isoinfo read back the ISOs the launcher writes
-# (tests/unit/prepare/test_iso.py; blkid, util-linux, is on every Debian).
+# (tests/unit/prepare/test_iso.py; blkid, util-linux, is on every Debian). qemu-guest-agent: the
+# real qemu-ga the simulated guest's agent is compared with (tests/real_agent.py).
 TEST_TOOLS := busybox:busybox qemu-img:qemu-utils ip:iproute2 as:binutils setcap:libcap2-bin swtpm:swtpm curl:curl openssl:openssl \
 	containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins iptables:iptables nft:nftables \
-	xz:xz-utils podman:podman mmdebstrap:mmdebstrap xorriso:xorriso isoinfo:genisoimage
+	xz:xz-utils podman:podman mmdebstrap:mmdebstrap xorriso:xorriso isoinfo:genisoimage /usr/sbin/qemu-ga:qemu-guest-agent
 # ... and the benchmarks: wrk (bench/admission.py's load generator).
 BENCH_TOOLS := wrk:wrk
 
@@ -64,9 +65,10 @@ TEST_WORKERS ?= 4
 test: $(STAMP) system-deps lint
 	$(PY) -m pytest -n $(TEST_WORKERS)
 
-# The Linux guest's stories on the real node, apart from `make test` (docs/testing.md).
+# The Linux guest's stories (the real node's, the guest agent's on the real VMM), apart from
+# `make test` (docs/testing.md).
 test-linux-guest: $(STAMP) system-deps
-	$(PY) -m pytest -n 0 -m linux_guest tests/cluster/test_linux_guest.py
+	$(PY) -m pytest -n 2 -m linux_guest
 
 bench: $(STAMP)
 	$(MAKE) --no-print-directory system-deps TOOLS="$(BENCH_TOOLS)"

@@ -6,10 +6,11 @@ container (kubevirt pkg/storage/pod/annotations/generator.go@d923fdb815cd). With
 executable the hook fails and Velero fails the pod's backup, so the ch-launcher image ships this
 one. It keeps upstream's command line and decision logic (kubevirt
 cmd/virt-freezer/virt-freezer.go@d923fdb815cd): dial the launcher's command socket, ask
-`GetGuestInfo`; with no guest agent log "No guest agent, exiting" and exit 0, so the backup
-proceeds crash-consistent, exactly as it does for a QEMU VM without an agent. With an agent, and
-a domain that runs (`GetDomain`), it calls Freeze (with `--unfreezeTimeoutSeconds`, default
-300) or Unfreeze, and the launcher answers.
+`GetGuestInfo`; with no guest agent (the guest runs none on vsock, or it is not connected yet)
+log "No guest agent, exiting" and exit 0, so the backup proceeds crash-consistent, exactly as it
+does for a QEMU VM without an agent. With an agent, and a domain that runs (`GetDomain`), it calls
+Freeze (with `--unfreezeTimeoutSeconds`, default 300) or Unfreeze, which ch-launcher carries out
+through the agent.
 
 It runs in the `compute` container beside the VM, so what it weighs counts against the pod's
 memory limit while a backup runs: the image starts it as `python -ISOO` (no site-packages) and it

@@ -11,13 +11,13 @@ Implemented: Info, Ping, SyncVirtualMachine, GetDomain, PauseVirtualMachine,
 UnpauseVirtualMachine, ShutdownVirtualMachine, KillVirtualMachine, DeleteVirtualMachine,
 ResetVirtualMachine, SoftRebootVirtualMachine, SyncVirtualMachineCPUs, SyncVirtualMachineMemory,
 GetDomainStats, GetDomainDirtyRateStats (page sampling,
-`ch_launcher.dirtyrate`), GetFilesystems ("[]"),
-GetGuestInfo ("{}"), GetUsers ("[]"), GetQemuVersion ("cloud-hypervisor <version>"),
+`ch_launcher.dirtyrate`), GetQemuVersion ("cloud-hypervisor <version>"),
 MigrateVirtualMachine, CancelVirtualMachineMigration, SyncMigrationTarget,
-FinalizeVirtualMachineMigration (docs/migration.md), SignalTargetPodCleanup, and
-FreezeVirtualMachine / UnfreezeVirtualMachine, which answer `success=false` with exactly what the
-Go launcher answers when the guest agent is not connected (Cloud Hypervisor has no agent
-channel; `manager.view.no_guest_agent`). Every other RPC answers `success=false` naming the RPC
+FinalizeVirtualMachineMigration (docs/migration.md), SignalTargetPodCleanup, and through the QEMU
+guest agent on the VM's vsock (`manager.agent`): GetGuestInfo, GetUsers, GetFilesystems (what the
+agent last told, as virt-launcher answers from its agent poller), GuestPing, Exec,
+FreezeVirtualMachine and UnfreezeVirtualMachine (the Go launcher's texts when the agent is not
+connected: `manager.view.no_guest_agent`). Every other RPC answers `success=false` naming the RPC
 and why (`NOT_SERVED`).
 
 Readiness (§7.1): listen on `<share-dir>/sockets/launcher-init-sock` (a stale file is removed
@@ -45,6 +45,7 @@ from ch_launcher._proto import kubevirt_cmd_info_pb2 as info_pb2
 from ch_launcher._proto import kubevirt_cmd_info_pb2_grpc as info_grpc
 from ch_launcher._proto import kubevirt_cmd_v1_pb2 as pb
 from ch_launcher._proto import kubevirt_cmd_v1_pb2_grpc as cmd_grpc
+from ch_launcher.kubevirt.guest_info import filesystems_json, guest_info_json, users_json
 from ch_launcher.lifecycle import Intent
 from ch_launcher.manager import CommandFailed, DomainManager
 
@@ -66,9 +67,9 @@ INIT_SOCKET = "launcher-init-sock"
 READY_SOCKET = "launcher-sock"
 INVALID_VMI = "No valid vmi object present in command server request"  # the Go launcher's text
 SHORT, LONG = 5.0, 20.0  # virt-handler's shortTimeout / longTimeout (cmd-client/client.go)
+FREEZE = 60.0  # FreezeVirtualMachine's deadline (contract §7.1)
 
 _BACKEND = "the Cloud Hypervisor backend"
-_NO_AGENT = "Cloud Hypervisor has no QEMU guest agent channel, so there is no guest agent to ask"
 _NO_SEV = f"AMD SEV is not supported by {_BACKEND}"
 _NO_BACKUP = f"backups (changed block tracking) are not supported by {_BACKEND}"
 
@@ -86,8 +87,6 @@ NOT_SERVED: dict[str, str] = {
     "BackupVirtualMachine": _NO_BACKUP,
     "RedefineCheckpoint": _NO_BACKUP,
     "GetVMStats": "the VMStatsCollector call is not served; GetDomainStats serves the metrics",
-    "Exec": _NO_AGENT,
-    "GuestPing": _NO_AGENT,
 }
 
 # Cmd RPC -> the intent it asks the manager for (each has virt-handler's 20 s deadline, LONG)
@@ -248,26 +247,28 @@ class CmdServicer(cmd_grpc.CmdServicer):
     async def SyncVirtualMachineMemory(self, request: pb.VMIRequest, context: VmiContext) -> pb.Response:  # noqa: N802
         return await self._resize("SyncVirtualMachineMemory", "memory", request, context)
 
-    def _agent_command(self, rpc: str, request: _CarriesVmi) -> pb.Response:
-        """Freeze/Unfreeze: the Go launcher's answer without a connected guest agent. KubeVirt's
-        snapshot controller never asks a VMI without the AgentConnected condition (kubevirt
-        pkg/storage/snapshot/source.go@d923fdb815cd `Freeze`), which virt-handler sets only from
-        a connected agent channel in the Domain; this Domain has none, so online snapshots go
-        on unfrozen, as for a QEMU VM without an agent."""
+    async def _freezing(self, rpc: str, request: _CarriesVmi, context: Deadline, deadline: float,
+                        call: Callable[[VirtualMachineInstance, float], Awaitable[str]]) -> pb.Response:
+        """Freeze/Unfreeze through the guest agent; a failure answers the Go launcher's text
+        (libvirt's error), which virt-handler passes on ("Failed to freeze vmi")."""
         try:
             vmi = decode_vmi(request.vmi.vmiJson)
+            done = await call(vmi, budget(context, deadline))
         except CommandFailed as e:
+            log.error("%s failed: %s", rpc, e)
             return failure(str(e))
-        message = self._manager.guest_agent_unavailable(vmi)
-        log.error("%s failed: %s", rpc, message)  # virt-launcher: "Failed to freeze vmi"
-        return failure(message)
+        log.info("%s: %s", rpc, done)
+        return pb.Response(success=True)
 
     async def FreezeVirtualMachine(self, request: pb.FreezeRequest,  # noqa: N802
                                    context: Context[pb.FreezeRequest, pb.Response]) -> pb.Response:
-        return self._agent_command("FreezeVirtualMachine", request)
+        return await self._freezing("FreezeVirtualMachine", request, context, FREEZE,
+                                    lambda vmi, b: self._manager.freeze(vmi, float(request.unfreezeTimeoutSeconds),
+                                                                        budget=b))
 
     async def UnfreezeVirtualMachine(self, request: pb.VMIRequest, context: VmiContext) -> pb.Response:  # noqa: N802
-        return self._agent_command("UnfreezeVirtualMachine", request)
+        return await self._freezing("UnfreezeVirtualMachine", request, context, LONG,
+                                    lambda vmi, b: self._manager.unfreeze(vmi, budget=b))
 
     async def Ping(self, request: pb.EmptyRequest, context: Context[pb.EmptyRequest, pb.Response]) -> pb.Response:  # noqa: N802
         return pb.Response(success=True)
@@ -296,19 +297,50 @@ class CmdServicer(cmd_grpc.CmdServicer):
             return pb.DirtyRateStatsResponse(response=failure("the dirty-rate measurement did not finish in time"))
         return pb.DirtyRateStatsResponse(response=pb.Response(success=True), dirtyRateMbs=rate)
 
+    # What the guest agent last told (empty lists before it is reached); these never fail:
+    # GetFilesystems must succeed, or virt-handler drops the VMI's metrics (contract §12).
     async def GetFilesystems(self, request: pb.EmptyRequest,  # noqa: N802
                              context: Context[pb.EmptyRequest, pb.GuestFilesystemsResponse],
                              ) -> pb.GuestFilesystemsResponse:
-        # Must succeed, or virt-handler drops the VMI's metrics (contract §12). No agent: no list.
-        return pb.GuestFilesystemsResponse(response=pb.Response(success=True), guestFilesystemsResponse="[]")
+        return pb.GuestFilesystemsResponse(response=pb.Response(success=True),
+                                           guestFilesystemsResponse=filesystems_json(self._manager.guest_agent_data()))
 
     async def GetGuestInfo(self, request: pb.EmptyRequest,  # noqa: N802
                            context: Context[pb.EmptyRequest, pb.GuestInfoResponse]) -> pb.GuestInfoResponse:
-        return pb.GuestInfoResponse(response=pb.Response(success=True), guestInfoResponse="{}")
+        return pb.GuestInfoResponse(response=pb.Response(success=True),
+                                    guestInfoResponse=guest_info_json(self._manager.guest_agent_data()))
 
     async def GetUsers(self, request: pb.EmptyRequest,  # noqa: N802
                        context: Context[pb.EmptyRequest, pb.GuestUserListResponse]) -> pb.GuestUserListResponse:
-        return pb.GuestUserListResponse(response=pb.Response(success=True), guestUserListResponse="[]")
+        return pb.GuestUserListResponse(response=pb.Response(success=True),
+                                        guestUserListResponse=users_json(self._manager.guest_agent_data()))
+
+    async def Exec(self, request: pb.ExecRequest,  # noqa: N802
+                   context: Context[pb.ExecRequest, pb.ExecResponse]) -> pb.ExecResponse:
+        # virt-probe exits with the response's exitCode even when the call failed (cmd/virt-probe,
+        # cmd-client Exec@d923fdb815cd), so a failure carries -1, as virt-probe's own default for
+        # a call that returned nothing: the probe fails.
+        try:
+            code, out = await asyncio.wait_for(self._manager.guest_exec(
+                request.domainName, request.Command, list(request.Args), max(1, request.timeoutSeconds)),
+                budget(context, request.timeoutSeconds + SHORT))
+        except CommandFailed as e:
+            log.warning("Exec failed: %s", e)
+            return pb.ExecResponse(response=failure(str(e)), exitCode=-1)
+        except TimeoutError:
+            return pb.ExecResponse(response=failure(f"the command did not end within {request.timeoutSeconds} s"),
+                                   exitCode=-1)
+        return pb.ExecResponse(response=pb.Response(success=True), exitCode=code, stdOut=out)
+
+    async def GuestPing(self, request: pb.GuestPingRequest,  # noqa: N802
+                        context: Context[pb.GuestPingRequest, pb.GuestPingResponse]) -> pb.GuestPingResponse:
+        try:
+            await self._manager.guest_ping(request.domainName,
+                                           budget(context, max(1, request.timeoutSeconds) + SHORT))
+        except CommandFailed as e:
+            log.warning("GuestAgentPing probe failed: %s", e)
+            return pb.GuestPingResponse(response=failure(str(e)))
+        return pb.GuestPingResponse(response=pb.Response(success=True))
 
     async def GetQemuVersion(self, request: pb.EmptyRequest,  # noqa: N802
                              context: Context[pb.EmptyRequest, pb.QemuVersionResponse]) -> pb.QemuVersionResponse:
@@ -394,14 +426,6 @@ class CmdServicer(cmd_grpc.CmdServicer):
     async def GetVMStats(self, request: pb.VMStatsRequest,  # noqa: N802
                          context: Context[pb.VMStatsRequest, pb.VMStatsResponse]) -> pb.VMStatsResponse:
         return pb.VMStatsResponse(response=self._refuse("GetVMStats"))
-
-    async def Exec(self, request: pb.ExecRequest,  # noqa: N802
-                   context: Context[pb.ExecRequest, pb.ExecResponse]) -> pb.ExecResponse:
-        return pb.ExecResponse(response=self._refuse("Exec"))
-
-    async def GuestPing(self, request: pb.GuestPingRequest,  # noqa: N802
-                        context: Context[pb.GuestPingRequest, pb.GuestPingResponse]) -> pb.GuestPingResponse:
-        return pb.GuestPingResponse(response=self._refuse("GuestPing"))
 
 
 class _Contact(grpc.aio.ServerInterceptor):

@@ -6,7 +6,7 @@ inline (raw, else base64) or from the Secret KubeVirt mounts at `<private-dir>/s
 meta-data with the instance id, host name and instancetype; NoCloud (`cidata`) or ConfigDrive
 (`config-2`). Only the first cloud-init volume is used, as KubeVirt reads only that one. SSH
 keys of access credentials propagated through noCloud/configDrive are read at preparation from
-`<private-dir>/secret/<secret>-access-cred/`.
+`<private-dir>/secret/<secret>-access-cred/` (those propagated through the guest agent: `agent`).
 """
 
 from __future__ import annotations
@@ -32,16 +32,15 @@ def first_cloud_init_volume(t: Translation) -> str | None:
 
 
 def access_credentials(t: Translation, cloud_init: str | None) -> tuple[str, ...]:
-    """Check `spec.accessCredentials`; return the directories holding the SSH keys to put in the
-    cloud-init metadata (`<private-dir>/secret/<secret>-access-cred`, as KubeVirt mounts them)."""
+    """Check the `spec.accessCredentials` propagated through cloud-init; return the directories
+    holding the SSH keys to put in the cloud-init metadata (`<private-dir>/secret/<secret>-access-cred`,
+    as KubeVirt mounts them). Passwords and keys the guest agent writes are `convert.agent`'s."""
     kinds = {v.name: v.source_kind for v in t.vmi.spec.volumes}
     dirs: list[str] = []
     for i, cred in enumerate(t.vmi.spec.accessCredentials):
         base = f"spec.accessCredentials[{i}]"
         if "userPassword" in cred:
-            t.unsupported(f"{base}.userPassword", f"{base}.userPassword is not supported by Cloud Hypervisor: "
-                          "passwords are set by the QEMU guest agent, which it has no channel for")
-            continue
+            continue  # set by the guest agent (convert.agent)
         ssh = cred.get("sshPublicKey")
         if not isinstance(ssh, dict):
             t.unsupported(base, f"{base} must set sshPublicKey or userPassword", "FieldValueRequired")
@@ -53,9 +52,7 @@ def access_credentials(t: Translation, cloud_init: str | None) -> tuple[str, ...
         secret_name = secret.get("secretName") if isinstance(secret, dict) else None
         mpath = f"{base}.sshPublicKey.propagationMethod"
         if "qemuGuestAgent" in method:
-            t.unsupported(f"{mpath}.qemuGuestAgent", f"{mpath}.qemuGuestAgent is not supported by Cloud "
-                          "Hypervisor: it has no channel for the QEMU guest agent; use noCloud or configDrive")
-            continue
+            continue  # written by the guest agent (convert.agent)
         wanted = ("cloudInitNoCloud" if "noCloud" in method
                   else "cloudInitConfigDrive" if "configDrive" in method else "")
         if not wanted:

@@ -191,6 +191,30 @@ class TpmSpec:
     log_file: str
 
 
+@dataclass(frozen=True)
+class AgentCredential:
+    """One `accessCredentials` entry the guest agent propagates (`convert.agent`): the SSH
+    public keys of `secret_dir` into the `authorized_keys` of each of `users` (`kind` "ssh"), or
+    the passwords of `secret_dir` (a file per user name, `kind` "password")."""
+
+    field: str  # spec.accessCredentials[i].sshPublicKey | .userPassword
+    kind: str  # "ssh" | "password"
+    secret_dir: str  # <private-dir>/secret/<secret>-access-cred
+    users: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GuestAgentSpec:
+    """Where the launcher reaches the guest's QEMU guest agent (`convert.agent`): guest vsock
+    port `port` through the VM's hybrid-vsock socket `socket`, the vsock device being `device`;
+    and what it propagates."""
+
+    socket: str
+    port: int
+    device: str
+    credentials: tuple[AgentCredential, ...] = ()
+
+
 @dataclass
 class Plan:
     """Everything a translation decided about one VM, and the one list of it: the configurators
@@ -207,6 +231,7 @@ class Plan:
     dhcp: list[DhcpSpec] = field(default_factory=list)  # servers to run before the guest boots
     hotplug_disks: set[str] = field(default_factory=set)  # disk names of hotplugged volumes
     tpm: TpmSpec | None = None  # when the VM has a TPM (swtpm runs before boot)
+    guest_agent: GuestAgentSpec | None = None  # where the guest agent is reached (every VM has one)
     migration_blockers: list[tuple[str, str]] = field(default_factory=list)  # why it cannot live-migrate
     host: HostTuning = field(default_factory=HostTuning)
     # disk name -> what the size of each PVC-backed disk follows (resized as its claim grows)

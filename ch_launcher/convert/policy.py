@@ -12,10 +12,9 @@ its reconcile (or the feature would silently not work) after admission. Read ups
   launcher fails the Sync with the reason when its pod does not; nothing to refuse here. (SEV is
   refused by `compute`: no confidential-guest support in this backend.)
 - probes (`pkg/virt-controller/services/rendercontainer.go`, `cmd/virt-probe`): `exec` and
-  `guestAgentPing` probes run `virt-probe`, which calls the launcher's `Exec`/`GuestPing`, both
-  of which need the QEMU guest agent on a virtio-serial channel that Cloud Hypervisor does not
-  have: the probe would always fail (a failing liveness probe kills the VM). HTTP and TCP probes
-  are run by the kubelet against the pod and work.
+  `guestAgentPing` probes run `virt-probe`, which calls the launcher's `Exec`/`GuestPing`: served
+  through the guest agent on vsock (`convert/agent.py` warns that the guest must run it). HTTP
+  and TCP probes are run by the kubelet against the pod.
 - hook sidecars (`hooks.kubevirt.io/hookSidecars`): they rewrite libvirt domain XML, which this
   launcher has none of.
 - `evictionStrategy: LiveMigrate` or `LiveMigrateIfPossible` for a VMI Cloud Hypervisor cannot
@@ -31,9 +30,9 @@ its reconcile (or the feature would silently not work) after admission. Read ups
   (`LauncherEnv.eviction_strategy`, at admission): a refused strategy equal to it is said to be
   the cluster's, and a template without a strategy is warned that its VMIs will be refused.
 - Velero backup hooks (`pkg/storage/pod/annotations/generator.go`) run `/usr/bin/virt-freezer`
-  in the compute container on every launcher pod; it asks `GetGuestInfo`, finds no guest-agent
-  version and exits 0, so backups proceed crash-consistent. Nothing to refuse (the image must
-  ship virt-freezer: ch_launcher/freezer.py).
+  in the compute container on every launcher pod; it asks `GetGuestInfo` and freezes the guest's
+  filesystems through the agent when there is one (else it exits 0 and the backup is
+  crash-consistent). Nothing to refuse (the image must ship virt-freezer: ch_launcher/freezer.py).
 
 - `startStrategy: Paused`: KubeVirt starts such a VMI paused (Paused/User until `virtctl
   unpause`). Cloud Hypervisor cannot boot paused, so the launcher pauses the VM right after
@@ -59,14 +58,6 @@ def configure_policy(t: Translation) -> None:
     """Refuse what virt-handler or the pod's tooling would fail on; never touches the config."""
     refuse = _Refusals(t)
     spec = t.vmi.spec
-    for name, probe in (("livenessProbe", spec.livenessProbe), ("readinessProbe", spec.readinessProbe)):
-        if probe is None:
-            continue
-        for kind in ("exec", "guestAgentPing"):
-            if getattr(probe, kind) is not None:
-                refuse(f"spec.{name}.{kind}", f"{kind} probes need the QEMU guest agent, which Cloud "
-                        f"Hypervisor cannot attach (no virtio-serial); use httpGet or tcpSocket")
-
     if HOOK_SIDECARS_ANNOTATION in t.vmi.metadata.annotations:
         refuse(f"metadata.annotations[{HOOK_SIDECARS_ANNOTATION}]",
                 "hook sidecars rewrite libvirt domain XML, which the Cloud Hypervisor launcher does not use")

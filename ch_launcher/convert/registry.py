@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ch_launcher.convert.agent import configure_guest_agent
 from ch_launcher.convert.compute import configure_compute
 from ch_launcher.convert.console import configure_console
 from ch_launcher.convert.context import Translation
@@ -28,6 +29,7 @@ CONFIGURATORS: list[Callable[[Translation], None]] = [
     configure_console,
     configure_network,
     configure_devices,
+    configure_guest_agent,  # after devices: the vsock autoattachVSOCK asked for carries the agent too
     configure_tpm,  # after firmware: the state directory is named by the firmware UUID
     configure_memory,
     configure_migration,  # reads the devices and volumes decided above; policy reads its verdict

@@ -30,12 +30,15 @@ import json
 from typing import Any
 
 from ch_launcher.kubevirt.domain_view import (  # re-exported
+    AGENT_CHANNEL,
     HOST_ARCH,
+    AccessCredentialResult,
     DomainDisk,
     DomainHostDevice,
     DomainInterface,
     DomainView,
     GracePeriod,
+    GuestAgentView,
     GuestPanicInfo,
     LifeCycle,
     Reason,
@@ -47,7 +50,8 @@ from ch_launcher.kubevirt.domain_view import (  # re-exported
 
 __all__ = [  # the view's names and the encoders
     "LifeCycle", "Reason", "rfc3339", "now_rfc3339", "GracePeriod", "GuestPanicInfo", "VcpuSlot",
-    "DomainDisk", "DomainInterface", "DomainHostDevice", "HOST_ARCH", "DomainView",
+    "DomainDisk", "DomainInterface", "DomainHostDevice", "HOST_ARCH", "DomainView", "AGENT_CHANNEL",
+    "AccessCredentialResult", "GuestAgentView",
     "deleted_domain_view", "domain_dict", "domain_json",
 ]
 
@@ -178,6 +182,16 @@ def _host_device(h: DomainHostDevice) -> dict[str, Any]:
     }
 
 
+def _channels(agent: GuestAgentView | None) -> list[dict[str, Any]] | None:
+    # virt-launcher's guest agent channel (converter/compute/channels.go), with the state libvirt
+    # reports in the live XML, the shape of reference/data/domain-examples/domain-example-running.json.
+    if agent is None:
+        return None
+    state = "connected" if agent.connected else "disconnected"
+    return [{"Type": "unix", "Source": None,
+             "Target": {"Name": AGENT_CHANNEL, "Type": "virtio", "Address": "", "Port": 0, "State": state}}]
+
+
 def _devices(view: DomainView) -> dict[str, Any]:
     interfaces = [_interface(i, n) for n, i in enumerate(view.interfaces)]
     host_devices = [_host_device(h) for h in view.host_devices]
@@ -185,7 +199,7 @@ def _devices(view: DomainView) -> dict[str, Any]:
     return {
         "Emulator": "",
         "Interfaces": interfaces or None,
-        "Channels": None,  # no guest agent channel: Cloud Hypervisor has no virtio-serial ports
+        "Channels": _channels(view.agent),  # the guest agent's, reached over vsock
         "HostDevices": host_devices or None,
         "PanicDevices": [{"Model": m} for m in view.panic_models] or None,
         "Controllers": None,
@@ -248,6 +262,11 @@ def _grace(g: GracePeriod | None) -> dict[str, Any] | None:
     }
 
 
+def _access_credential(agent: GuestAgentView | None) -> dict[str, Any] | None:
+    result = agent.access_credential if agent is not None else None
+    return None if result is None else {"Succeeded": result.succeeded, "Message": result.message}
+
+
 def _spec(view: DomainView) -> dict[str, Any]:
     defined = view.defined
     current = view.memory_bytes if view.current_memory_bytes is None else view.current_memory_bytes
@@ -292,7 +311,7 @@ def _spec(view: DomainView) -> dict[str, Any]:
                 "GracePeriod": _grace(view.grace),
                 "Migration": view.migration.to_dict() if view.migration is not None else None,
                 "Backup": None,
-                "AccessCredential": None,
+                "AccessCredential": _access_credential(view.agent),
                 "MemoryDump": None,
             }
         },
@@ -336,6 +355,9 @@ def domain_dict(view: DomainView) -> dict[str, Any]:
     }
     if view.deletion_timestamp:
         meta["deletionTimestamp"] = rfc3339(view.deletion_timestamp)
+    agent = view.agent
+    os_info = agent.os_info if agent is not None else None
+    interfaces = agent.interfaces if agent is not None else None
     return {
         "kind": "Domain",
         "apiVersion": "1.2.2",
@@ -344,9 +366,9 @@ def domain_dict(view: DomainView) -> dict[str, Any]:
         "Status": {
             "Status": view.status.value,
             "Reason": view.reason.value,
-            "Interfaces": None,  # guest-agent data; Cloud Hypervisor has no agent channel
-            "OSInfo": dict(_EMPTY_OS_INFO),
-            "FSFreezeStatus": {"Status": ""},
+            "Interfaces": [i.to_domain() for i in interfaces] if interfaces else None,  # from the guest agent
+            "OSInfo": os_info.to_domain() if os_info is not None else dict(_EMPTY_OS_INFO),
+            "FSFreezeStatus": {"Status": agent.fs_freeze_status if agent is not None else ""},
             "GuestPanicInfo": _panic_info(view.panic_info),
             "PanicCount": view.panic_count,
         },

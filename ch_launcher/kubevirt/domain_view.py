@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from ch_launcher.kubevirt.guest_info import GuestInterface, GuestOSInfo
+
 
 class MigrationView(Protocol):
     """The Domain's `Spec.Metadata.KubeVirt.Migration` (`kubevirt.migration.MigrationMetadata`,
@@ -174,6 +176,33 @@ class DomainHostDevice:
     mdev_uuid: str = ""
 
 
+AGENT_CHANNEL = "org.qemu.guest_agent.0"  # the channel virt-handler reads AgentConnected from
+
+
+@dataclass(frozen=True)
+class AccessCredentialResult:
+    """`Spec.Metadata.KubeVirt.AccessCredential`: how the last propagation of the VMI's
+    accessCredentials through the guest agent went (virt-handler's AccessCredentialsSynchronized
+    condition)."""
+
+    succeeded: bool
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class GuestAgentView:
+    """The guest agent as the Domain shows it: the `org.qemu.guest_agent.0` channel (its state
+    `connected` or `disconnected`: virt-handler's AgentConnected condition), and what the agent
+    told of the guest (`Status.OSInfo`, `Status.Interfaces`, `Status.FSFreezeStatus`; None or ""
+    until heard) and of the access credentials."""
+
+    connected: bool = False
+    os_info: GuestOSInfo | None = None
+    interfaces: tuple[GuestInterface, ...] | None = None
+    fs_freeze_status: str = ""
+    access_credential: AccessCredentialResult | None = None
+
+
 def _host_arch() -> str:
     machine = platform.machine()
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine) or "x86_64"
@@ -225,6 +254,7 @@ class DomainView:
     panic_models: tuple[str, ...] = ()  # Spec.Devices.PanicDevices[].Model
     defined: bool = True
     migration: MigrationView | None = None  # Spec.Metadata.KubeVirt.Migration
+    agent: GuestAgentView | None = None  # None: the VM has no guest agent channel
 
     def __post_init__(self) -> None:
         # Frozen dataclass: coerce in place once, so equality and hashing see tuples and enums.

@@ -24,7 +24,7 @@ from ch_launcher.manager.pod import release_memory
 from ch_launcher.manager.settings import CommandFailed
 
 if TYPE_CHECKING:
-    from ch_launcher.convert import LauncherOptions
+    from ch_launcher.convert import LauncherOptions, Plan
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
     from ch_launcher.manager.guest import GuestServices
     from ch_launcher.manager.life import VmmLife
@@ -51,6 +51,23 @@ def kvm_unavailable(path: str) -> str | None:
     except OSError as e:
         return f"{path} cannot be opened read-write ({e.strerror})"
     return None
+
+
+def ready_vsock(plan: Plan) -> None:
+    """The VM's vsock socket can be bound by the VMM that is about to get the VM: its directory
+    exists (the VMI directory, which nothing else makes without a console), and no socket is
+    left there by an earlier VMM that was killed (cloud-hypervisor binds without removing one,
+    and the boot fails: `Error binding to the host-side Unix socket`; before vm.create, or a
+    migration's restore, no VM owns it). Raises CommandFailed."""
+    vsock = plan.config.vsock
+    if vsock is None:
+        return
+    try:
+        os.makedirs(os.path.dirname(vsock.socket), mode=0o700, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(vsock.socket)
+    except OSError as e:
+        raise CommandFailed(f"cannot prepare the VM's vsock socket {vsock.socket}: {e.strerror or e}") from None
 
 
 class Boot:
@@ -87,10 +104,12 @@ class Boot:
             await self._swtpm.start()
 
     async def prepare_files(self) -> None:
-        """The plan's files only (a migration target: the VM arrives with its own state)."""
+        """The plan's files only (a migration target: the VM arrives with its own state), and
+        room for its vsock socket."""
         plan = self._record.plan
         assert plan is not None
         await self._planner.prepare_files(plan)
+        ready_vsock(plan)
 
     async def start_guest_services(self) -> None:
         """The console and DHCP of the plan, as `prepare` starts them (a VM that arrived)."""
@@ -164,6 +183,7 @@ class Boot:
         plan, session = self._record.plan, self._life.current
         assert plan is not None and session is not None
         client = session.client
+        ready_vsock(plan)
         for attempt in (1, 2):
             try:
                 await session.call(client.create, plan.config)

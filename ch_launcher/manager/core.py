@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ch_launcher import epitaph
 from ch_launcher.epitaph import EpitaphFile
+from ch_launcher.kubevirt.guest_info import GuestAgentData
 from ch_launcher.lifecycle import ALIVE, Intent, VmState
 from ch_launcher.manager import features
 from ch_launcher.manager.boot import Boot
@@ -43,8 +44,10 @@ from ch_launcher.manager.vmm import VmmHost
 if TYPE_CHECKING:
     from ch_launcher.convert import LauncherOptions
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
+    from ch_launcher.manager.agent import GuestAgent
 
 log = logging.getLogger(__name__)
+PAUSE_PROBES = "kubevirt.io/pause-guest-agent-probes"  # v1.PauseGuestAgentProbesAnnotation
 
 
 class DomainManager:
@@ -55,7 +58,7 @@ class DomainManager:
         self._closed = False
         self._runner = Runner()
         self._record = DomainRecord(sink, EpitaphFile(epitaph.path_in(settings.private_dir)))
-        self._guest = GuestServices(settings)
+        self._guest = GuestServices(settings, self._record, self._runner)
         self._host = VmmHost(settings)
         self._planner = Planner(settings)
         self._reconfig = Reconfiguration(self._record, self._host, self._guest, self._runner, self._planner)
@@ -98,10 +101,75 @@ class DomainManager:
     def vmm_pid(self) -> int | None:
         return self._host.current.pid if self._host.current is not None else None
 
-    def guest_agent_unavailable(self, vmi: VirtualMachineInstance) -> str:
-        """The in-band error of a guest-agent command (Freeze, Unfreeze) for `vmi`'s domain:
-        there is never a connected agent (`view.no_guest_agent`)."""
-        return no_guest_agent(self._record.state, vmi.domain_name)
+    # --- the guest agent (manager.agent) ---------------------------------------------------------
+
+    def guest_agent_data(self) -> GuestAgentData:
+        """What the guest agent last told (empty before it was reached): GetGuestInfo, GetUsers
+        and GetFilesystems answer from it, as virt-launcher answers from its agent poller's store."""
+        agent = self._guest.agent
+        return agent.data if agent is not None else GuestAgentData()
+
+    def _agent(self, domain_name: str) -> GuestAgent:
+        agent = self._guest.agent
+        if agent is None:
+            raise CommandFailed(no_guest_agent(self._record.state, domain_name))
+        return agent
+
+    async def guest_ping(self, domain_name: str, timeout: float) -> None:
+        """GuestPing (virt-probe's guestAgentPing probes), as virt-launcher's GuestPing
+        (pkg/virt-launcher/virtwrap/manager.go@d923fdb815cd): skipped while the VMI's
+        `kubevirt.io/pause-guest-agent-probes` annotation is true; an agent that cannot be reached
+        during a migration or in a VM paused on purpose is no failure. A failure raises
+        CommandFailed and sends the Warning event `GuestAgentPingFailed`."""
+        vmi = self._record.vmi
+        if vmi is not None and vmi.metadata.annotations.get(PAUSE_PROBES, "").lower() in ("1", "t", "true"):
+            return
+        try:
+            await self._agent(domain_name).ping(domain_name, timeout)
+            return
+        except (CommandFailed, features.agent.AgentUnavailable) as e:
+            failure = str(e)
+        if self._life.migration is not None or self._record.state is VmState.PAUSED:
+            log.debug("GuestPing failed while the VM is %s: %s", "migrating" if self._life.migration else "paused",
+                      failure)
+            return
+        name = vmi.metadata.name if vmi is not None else self.settings.name
+        self._record.k8s_event("Warning", "GuestAgentPingFailed", f"GuestAgentPing probe failed for VMI {name}")
+        raise CommandFailed(failure)
+
+    async def guest_exec(self, domain_name: str, command: str, args: list[str],
+                         timeout_seconds: int) -> tuple[int, str]:
+        """Exec (virt-probe's exec probes): the command's exit code and output. Raises
+        CommandFailed when it could not be run or did not end within `timeout_seconds`."""
+        try:
+            done = await self._agent(domain_name).exec(domain_name, command, args, timeout_seconds)
+        except features.agent.AgentUnavailable as e:
+            raise CommandFailed(str(e)) from None
+        return done.exit_code, done.stdout
+
+    async def freeze(self, vmi: VirtualMachineInstance, unfreeze_timeout: float, *, budget: float) -> str:
+        """FreezeVirtualMachine: the guest's filesystems frozen through the agent, thawed again
+        after `unfreeze_timeout` seconds unless thawed before. Raises CommandFailed."""
+        if self._life.migration is not None:
+            raise CommandFailed("failed to freeze VMI, VMI is currently during migration")
+        try:
+            await asyncio.wait_for(self._agent(vmi.domain_name).freeze(vmi.domain_name, unfreeze_timeout, budget),
+                                   budget)
+        except features.agent.AgentUnavailable as e:
+            raise CommandFailed(str(e)) from None
+        except TimeoutError:
+            raise CommandFailed(f"the guest agent did not freeze the filesystems within {budget:.0f} s") from None
+        return "frozen"
+
+    async def unfreeze(self, vmi: VirtualMachineInstance, *, budget: float) -> str:
+        """UnfreezeVirtualMachine: the guest's filesystems thawed through the agent. Raises CommandFailed."""
+        try:
+            await asyncio.wait_for(self._agent(vmi.domain_name).thaw(vmi.domain_name), budget)
+        except features.agent.AgentUnavailable as e:
+            raise CommandFailed(str(e)) from None
+        except TimeoutError:
+            raise CommandFailed(f"the guest agent did not thaw the filesystems within {budget:.0f} s") from None
+        return "thawed"
 
     def migration_job_info(self) -> dict[str, Any] | None:
         """`MigrateDomainJobInfo` of the outgoing migration in progress (None: none; the stats

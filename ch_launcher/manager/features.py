@@ -3,7 +3,8 @@
 Why: launcher memory. Every launcher pod pays for what its process imports, and most of this is
 needed only by some VMs or only after the first Sync (bench/footprint.py attributes the
 launcher's PSS to its imports): the REST client, the VMM process, the translator, file
-preparation, the guest's DHCP server and the stats come with the first Sync (and `settings.preload`
+preparation, the guest's DHCP server, the guest agent's client (`manager.agent`, with
+`ch_launcher.qga` and `ch.vsock`) and the stats come with the first Sync (and `settings.preload`
 imports them in a thread once the command socket is ready, so the first Sync does not wait for
 them); TPM (`manager.tpm`), the runtime process tree and memlock (`manager.procmodel`) and host
 tuning for dedicated and realtime CPUs (`manager.tuning`) only for a VMI that asks for them;
@@ -33,10 +34,10 @@ if TYPE_CHECKING:
 
     from ch_launcher import convert, dhcp, prepare, stats
     from ch_launcher.ch import api, process
-    from ch_launcher.manager import devices, migration_source, migration_target, procmodel, resize, tpm, tuning
+    from ch_launcher.manager import agent, devices, migration_source, migration_target, procmodel, resize, tpm, tuning
 
-__all__ = ["api", "convert", "ctypes", "devices", "dhcp", "migration_source", "migration_target", "prepare", "process",
-           "procmodel", "resize", "stats", "tpm", "tuning"]
+__all__ = ["agent", "api", "convert", "ctypes", "devices", "dhcp", "migration_source", "migration_target", "prepare",
+           "process", "procmodel", "resize", "stats", "tpm", "tuning"]
 
 _MODULES = {
     "api": "ch_launcher.ch.api",                 # the VMM's REST client and its errors
@@ -48,6 +49,7 @@ _MODULES = {
     "procmodel": "ch_launcher.manager.procmodel",  # where virt-handler looks for the VMM; memlock
     "tuning": "ch_launcher.manager.tuning",      # housekeeping and realtime vCPU pinning
     "dhcp": "ch_launcher.dhcp",                  # the guest's DHCP server (bridge, masquerade)
+    "agent": "ch_launcher.manager.agent",        # the guest agent over vsock, once a VM is prepared
     "resize": "ch_launcher.manager.resize",      # vCPU and memory hotplug
     "devices": "ch_launcher.manager.devices",    # volume and interface hotplug, PVC expansion
     "migration_source": "ch_launcher.manager.migration_source",  # an outgoing live migration

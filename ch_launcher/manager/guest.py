@@ -1,5 +1,6 @@
-"""The guest-facing services around the VM: its serial console and, for bridge/masquerade
-interfaces, its DHCP server. Started once per plan before boot, stopped when the VM is forgotten."""
+"""The guest-facing services around the VM: its serial console, for bridge/masquerade interfaces
+its DHCP server, and its QEMU guest agent (`agent.GuestAgent`, imported on first use). Started
+once per plan before boot, stopped when the VM is forgotten."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ if TYPE_CHECKING:
     from ch_launcher.convert import LauncherEnv, LauncherOptions, Plan
     from ch_launcher.dhcp.server import DhcpHandle
     from ch_launcher.kubevirt.vmi import VirtualMachineInstance
+    from ch_launcher.manager.agent import GuestAgent
+    from ch_launcher.manager.record import DomainRecord
+    from ch_launcher.manager.runner import Runner
 
 log = logging.getLogger(__name__)
 
@@ -31,22 +35,51 @@ def serial_log_enabled(vmi: VirtualMachineInstance, options: LauncherOptions | N
 
 
 class GuestServices:
-    """Console bridge (`<private-dir>/<uid>/virt-serial0`, log `virt-serial0-log`) and DHCP."""
+    """Console bridge (`<private-dir>/<uid>/virt-serial0`, log `virt-serial0-log`), DHCP and the
+    guest agent (which hands what it hears to `record`; its work is owned by `runner`)."""
 
-    def __init__(self, settings: ManagerSettings) -> None:
+    def __init__(self, settings: ManagerSettings, record: DomainRecord, runner: Runner) -> None:
         self.settings = settings
+        self._record = record
+        self._runner = runner
         self._console: SerialConsole | None = None
         self._dhcp: DhcpHandle | None = None
+        self._agent: GuestAgent | None = None
         self._serving = False  # started for a plan and not stopped since: what a restart serves again
         self._attach: asyncio.Task[None] | None = None
 
     def _env(self) -> LauncherEnv:
         return features.convert.LauncherEnv(**self.settings.directories())
 
+    @property
+    def agent(self) -> GuestAgent | None:
+        """The guest agent of the VM (None before the services start, or once they stopped)."""
+        return self._agent
+
+    def vsock_event(self, device: str, activated: bool) -> None:
+        """The VMM said the guest's driver took (`virtio-device:activated`) or reset a device;
+        the guest agent listens for its vsock device's."""
+        agent = self._agent
+        if agent is None or device != agent.device:
+            return
+        if activated:
+            agent.device_activated()
+        else:
+            agent.device_gone()
+
+    def vm_started(self) -> None:
+        """A VM booted or rebooted: its devices are new, not driven yet."""
+        if self._agent is not None:
+            self._agent.device_gone()
+
     async def start(self, plan: Plan, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
-        """Listen on the console socket and serve DHCP (idempotent). Raises CommandFailed."""
+        """Listen on the console socket, serve DHCP, look for the guest agent (idempotent).
+        Raises CommandFailed."""
         await self._start_console(plan, vmi, options)
         self._start_dhcp(plan, vmi)
+        if self._agent is None and plan.guest_agent is not None:
+            self._agent = features.agent.GuestAgent(plan.guest_agent, self._record, self._runner)
+            self._agent.start()
         self._serving = True
 
     async def _start_console(self, plan: Plan, vmi: VirtualMachineInstance, options: LauncherOptions | None) -> None:
@@ -106,8 +139,11 @@ class GuestServices:
             raise CommandFailed(f"cannot serve DHCP to the guest: {e}") from None
 
     async def stop(self) -> None:
-        """Stop the console and DHCP (idempotent): nothing serves the guest any more."""
+        """Stop the console, DHCP and the guest agent (idempotent): nothing serves the guest any more."""
         self._serving = False
+        agent, self._agent = self._agent, None
+        if agent is not None:
+            await agent.stop()
         if self._attach is not None:
             self._attach.cancel()
             self._attach = None

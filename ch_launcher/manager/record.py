@@ -15,7 +15,8 @@ Shutoff/Crashed, that the monitor sends virt-handler should the launcher die (`c
 Who writes what: the state, through `set_state`, whoever observes it change (the commands, the
 boot, the supervision of the VMM, a migration); `user_paused` and `soft_reboot`, the commands
 and what they started; `migration` and `migration_paused`, the migration source or target;
-`current_memory`, the reconfiguration. None of them sends anything itself.
+`current_memory`, the reconfiguration; the guest agent's view (`set_guest_agent`), the guest
+agent. None of them sends anything itself.
 
 Failure behaviour: nothing here raises on a change; a sink or an epitaph that fails is logged, and
 the events after it still go.
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING
 from ch_launcher import lifecycle
 from ch_launcher.kubevirt.domain import (
     GracePeriod,
+    GuestAgentView,
     GuestPanicInfo,
     LifeCycle,
     Reason,
@@ -66,6 +68,7 @@ class DomainRecord:
         self._grace = GracePeriod()         # replaced, never mutated
         self._panic_count = 0               # Status.PanicCount, kept for the launcher's life
         self._panic_info: GuestPanicInfo | None = None
+        self._agent = GuestAgentView()       # the guest agent as the Domain shows it (for a VM with a channel)
         self._vmi: VirtualMachineInstance | None = None
         self._plan: Plan | None = None
         self._domain_json = ""
@@ -148,6 +151,13 @@ class DomainRecord:
         self._panic_count += 1
         self._panic_info = GuestPanicInfo()
 
+    def set_guest_agent(self, view: GuestAgentView) -> None:
+        """What the guest agent tells now (its channel's state, the guest's OS, interfaces and
+        freeze status, the access credentials' result); published when the Domain changes."""
+        if view != self._agent:
+            self._agent = view
+            self.publish()
+
     def publish(self, *, force: bool = False) -> None:
         """Rebuild the Domain JSON; send it when it changed (or `force`: a VMM event)."""
         status = lifecycle.domain_status(self._state, user_paused=self.user_paused, down=self._down)
@@ -171,7 +181,8 @@ class DomainRecord:
             return ""
         return domain_json(domain_view(vmi, plan, *status, grace=self._grace, panic_count=self._panic_count,
                                        current_memory=self.current_memory, migration=self.migration,
-                                       panic_info=self._panic_info))
+                                       panic_info=self._panic_info,
+                                       agent=self._agent if plan.guest_agent is not None else None))
 
     def _write_epitaph(self) -> None:
         """The Domain to send if the launcher died now: this one crashed, while the VM runs here
@@ -202,6 +213,7 @@ class DomainRecord:
         vmi = self._vmi
         self._state, self._down = VmState.UNDEFINED, None
         self.user_paused = self.soft_reboot = self.migration_paused = False
+        self._agent = GuestAgentView()
         self._domain_json = ""
         self._announced = False
         if vmi is not None:

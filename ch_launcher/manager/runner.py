@@ -117,11 +117,12 @@ class Runner:
         runs once the runner is cancelled."""
         self._own(self.locked(what, work), what)
 
-    def watch(self, what: str, coro: Coroutine[Any, Any, Any]) -> None:
+    def watch(self, what: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
         """Run `coro` as a task owned here, without the lock: for work that only waits and
         reads (it changes neither the VM nor its record; a change it leads to goes through
-        `background` or `locked`)."""
-        self._own(coro, what)
+        `background` or `locked`, or is an observation handed to the record at once). Returns
+        the task, for its caller to cancel earlier; None once the runner is cancelled."""
+        return self._own(coro, what)
 
     def later(self, delay: float, what: str, work: Callable[[], Awaitable[Any]]) -> asyncio.TimerHandle | None:
         """`background(what, work)` after `delay` seconds; a timer owned here (the caller may
@@ -138,14 +139,15 @@ class Runner:
         self._timers.add(handle)
         return handle
 
-    def _own(self, coro: Coroutine[Any, Any, Any], what: str) -> None:
+    def _own(self, coro: Coroutine[Any, Any, Any], what: str) -> asyncio.Task[Any] | None:
         if self._closed:
             coro.close()
             log.debug("not starting %s: the manager is closing", what)
-            return
+            return None
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._background_done)
+        return task
 
     def _background_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)

@@ -73,6 +73,10 @@ class Supervision:
         log.info("cloud-hypervisor event %s%s", name, f" {json.dumps(event.properties)}" if event.properties else "")
         if session is not None:
             session.heard(name)
+        if name in ("virtio-device:activated", "virtio-device:reset") and event.properties:
+            self._guest.vsock_event(str(event.properties.get("id", "")), name == "virtio-device:activated")
+        elif name in ("vm:booted", "vm:rebooted"):
+            self._guest.vm_started()
         migration = self._life.migration
         if migration is not None and migration.on_event(event):
             return

@@ -5,7 +5,15 @@ from __future__ import annotations
 import signal
 from typing import TYPE_CHECKING
 
-from ch_launcher.kubevirt.domain import DomainView, GracePeriod, GuestPanicInfo, LifeCycle, Reason, VcpuSlot
+from ch_launcher.kubevirt.domain import (
+    DomainView,
+    GracePeriod,
+    GuestAgentView,
+    GuestPanicInfo,
+    LifeCycle,
+    Reason,
+    VcpuSlot,
+)
 from ch_launcher.lifecycle import VmState
 
 if TYPE_CHECKING:
@@ -16,10 +24,11 @@ if TYPE_CHECKING:
 
 def domain_view(vmi: VirtualMachineInstance, plan: Plan, status: LifeCycle, reason: Reason, *, grace: GracePeriod,
                 panic_count: int, current_memory: int | None = None, migration: MigrationView | None = None,
-                panic_info: GuestPanicInfo | None = None) -> DomainView:
+                panic_info: GuestPanicInfo | None = None, agent: GuestAgentView | None = None) -> DomainView:
     """The Domain of the VM `plan` describes, made from `vmi`, in `status`/`reason`.
     `Memory` is the boot memory plus what virtio-mem was asked for; `CurrentMemory` is
-    `current_memory` (vm.info's memory_actual_size) once known, else the same."""
+    `current_memory` (vm.info's memory_actual_size) once known, else the same. `agent`: the guest
+    agent's channel and what it told (None: no channel)."""
     cfg = plan.config
     vcpus, memory = vm_size(plan)
     max_vcpus = cfg.cpus.max_vcpus if cfg.cpus else vcpus
@@ -44,7 +53,7 @@ def domain_view(vmi: VirtualMachineInstance, plan: Plan, status: LifeCycle, reas
         loader=(payload.firmware or "") if payload and bootloader is not None and bootloader.efi is not None else "",
         kernel=(payload.kernel or "") if payload else "", initrd=(payload.initramfs or "") if payload else "",
         kernel_args=(payload.cmdline or "") if payload else "", panic_count=panic_count, panic_info=panic_info,
-        migration=migration,
+        migration=migration, agent=agent,
         panic_models=("pvpanic",) if cfg.pvpanic else ())
 
 
@@ -82,9 +91,9 @@ _AGENT_ERRORS: dict[VmState, tuple[int, int, str]] = {
 
 
 def no_guest_agent(state: VmState, domain_name: str) -> str:
-    """What the Go launcher answers a guest-agent command (Freeze, Unfreeze) of a domain whose
-    agent is not connected, which on Cloud Hypervisor is always: libvirt's error for the
-    domain's state, formatted as virt-launcher formats libvirt errors.
+    """What the Go launcher answers a guest-agent command (Freeze, Unfreeze, GuestPing, Exec) of a
+    domain whose agent is not connected: libvirt's error for the domain's state, formatted as
+    virt-launcher formats libvirt errors.
 
     virt-launcher's FreezeVMI asks the agent for `guest-fsfreeze-status` first and UnfreezeVMI
     thaws through it (pkg/virt-launcher/virtwrap/storage/fsfreeze.go@d923fdb815cd); libvirt

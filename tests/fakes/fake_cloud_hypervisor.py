@@ -33,9 +33,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import contextlib
 
 import fakech_checks as checks
+from fakech_agent import Agent, Guest
 from fakech_migration import thread_call
 from fakech_serial import SerialPort
 from fakech_vm import ApiFailure, HttpFailure, Vmm
+from fakech_vsock import Vsock
 
 START = time.monotonic()
 API_ROOT = "/api/v1/"
@@ -176,6 +178,16 @@ def env_seconds(name: str, default: float | None, allow_never: bool = False,
     return value
 
 
+def env_port(name: str) -> int | None:
+    """A vsock port knob (unset: None); a bad value stops the VMM at start (exit 2)."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) >= 2**32:
+        fail_start(f"{name}={text!r} is not a vsock port (0 to 4294967295)", 2)
+    return int(text)
+
+
 def parse_slow_endpoints(text: str) -> dict[str, float]:
     """FAKE_CH_SLOW_ENDPOINT: `vm.pause=1.5[,vm.resume=2]` -> {endpoint: seconds}; exit 2 if bad."""
     out: dict[str, float] = {}
@@ -249,7 +261,11 @@ class FakeCloudHypervisor:
         self.eject_delay = env_seconds("FAKE_CH_EJECT_DELAY", 0.05, allow_never=True)
         self.virtio_mem_delay = env_seconds("FAKE_CH_VIRTIO_MEM_DELAY", 0.05, allow_never=True)
         self.dirty_pages = env_seconds("FAKE_CH_DIRTY_PAGES", 0.0, what="a number of pages per second") or 0.0
-        self.serial = SerialPort(self.sel, buffer_when_detached=version[0] >= 53, log=self.log)
+        self.vsock = Vsock(self.sel, self.log, Guest, Agent)
+        self.guest_agent_port = env_port("FAKE_CH_GUEST_AGENT")
+        self.vsock_driver = os.environ.get("FAKE_CH_VSOCK_DRIVER", "").strip().lower() != "never"
+        self.serial = SerialPort(self.sel, buffer_when_detached=version[0] >= 53, log=self.log,
+                                 on_line=self.vsock.console)
         self.vmm = Vmm(self)
         spec_path = os.environ.get("FAKE_CH_OPENAPI") or os.path.join(
             os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "reference", "data",
@@ -509,6 +525,7 @@ class FakeCloudHypervisor:
                 self.vmm.guest(action)
 
     def cleanup(self) -> None:
+        self.vsock.stop()
         self.serial.stop()
         for conn in list(self.conns.values()):
             conn.close()

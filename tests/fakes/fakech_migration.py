@@ -559,7 +559,7 @@ class Migrations:
 
     def _restore(self) -> list[str] | None:
         """`vm_receive_state` + `Vm::restore`: the Vm object, disk locks, vCPUs (paused)."""
-        from fakech_vm import LockFailed, Vm  # the module imports us
+        from fakech_vm import VSOCK_BIND_FAILED, LockFailed, Vm  # the module imports us
 
         self.host.event("vm", "restoring")
         if self.fail == "restore":
@@ -577,6 +577,11 @@ class Migrations:
             return ["Failed to restore migratable component",
                     "Error locking disk images: Another instance likely holds a lock",
                     f"Failed to get {exc.access} lock for disk image: {exc.path}"]
+        try:
+            self.host.vsock.start(self.vmm.config, self.vmm.guest_shutdown)  # activated when the VM resumes
+        except OSError as exc:
+            vm.release()
+            return ["Failed to restore migratable component", *VSOCK_BIND_FAILED, _io(exc)]
         vm.state = "Paused"
         self.vmm.vm = vm
         vm.vcpus.resize(int((self.vmm.config.get("cpus") or {}).get("boot_vcpus") or 1))  # Vm::restore makes them
@@ -606,6 +611,7 @@ class Migrations:
             if self.vmm.vm is not None:
                 self.vmm.vm.release()
                 self.vmm.vm = None
+            self.host.vsock.stop()
             self.host.serial_stop()
             answer.resolve(500, ["Error from API", *chain])
         self.host.release_api()

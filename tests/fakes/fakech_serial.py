@@ -12,7 +12,9 @@ Part of `fake_cloud_hypervisor.py` (stdlib only). Modes as CH (`vmm/src/console_
   reports in `vm.info` `config.serial.file`. `Tty`: CH's stdout. `Null`/`Off`: nothing.
 
 The guest prints a short boot log and a login prompt at each boot and echoes what it receives
-(Enter gives a new prompt), which is enough for console tests.
+(Enter gives a new prompt), which is enough for console tests. A line typed before Enter goes to
+`on_line` (the guest's shell: qemu-ga and a few file commands, `fakech_vsock.Vsock.console`),
+whose answer is printed before the prompt.
 """
 
 from __future__ import annotations
@@ -37,10 +39,13 @@ MAX_BUFFER = 1 << 20
 class SerialPort:
     """One VM's serial port; `start` at boot, `stop` when the VM is dropped."""
 
-    def __init__(self, sel: selectors.BaseSelector, buffer_when_detached: bool, log: Callable[[str, str], None]):
+    def __init__(self, sel: selectors.BaseSelector, buffer_when_detached: bool, log: Callable[[str, str], None],
+                 on_line: Callable[[str], str] | None = None):
         self.sel = sel
         self.buffer_when_detached = buffer_when_detached
         self.log = log
+        self.on_line = on_line
+        self.line = bytearray()  # what was typed since the last Enter
         self.mode = "Off"
         self.listener: socket.socket | None = None
         self.client: socket.socket | None = None
@@ -187,8 +192,11 @@ class SerialPort:
             if b == 0x0A and self.last_input == 0x0D:
                 pass
             elif b in (0x0D, 0x0A):
-                out += b"\r\n" + PROMPT
+                line, self.line = self.line.decode(errors="replace").strip(), bytearray()
+                answer = self.on_line(line) if self.on_line is not None and line else ""
+                out += b"\r\n" + answer.encode() + PROMPT
             else:
                 out.append(b)
+                self.line.append(b)
             self.last_input = b
         return bytes(out)

@@ -25,6 +25,7 @@ import fakech_checks as checks
 from fakech_migration import Migrations
 from fakech_ram import GuestRam, RamFailed
 from fakech_vcpus import VcpuThreads
+from fakech_vsock import Vsock
 
 # ApiError Display strings (vmm/src/api/mod.rs@v53.0): the second element of every error chain.
 ACTION = {
@@ -96,6 +97,12 @@ BLOCK_COUNTERS = (
 NET_COUNTERS = ("rx_bytes", "rx_frames", "tx_bytes", "tx_frames")
 
 
+# vm.boot when the vsock socket's path exists (DeviceManagerError::CreateVsockBackend(
+# VsockUnixError::UnixBind), vmm/src/device_manager.rs, virtio-devices/src/vsock/unix/mod.rs@v53.0)
+VSOCK_BIND_FAILED = ("Error from device manager", "Cannot create virtio-vsock backend",
+                     "Error binding to the host-side Unix socket")
+
+
 class Host(Protocol):
     version: tuple[int, int, int]
     no_shutdown: bool
@@ -104,6 +111,9 @@ class Host(Protocol):
     eject_delay: float | None  # None: the guest never acknowledges a PCI hot-unplug
     virtio_mem_delay: float | None  # None: the guest has no virtio-mem driver
     dirty_pages: float  # pages a second the running guest writes (FAKE_CH_DIRTY_PAGES)
+    vsock: Vsock  # the VM's vsock device and the guest's qemu-ga behind it (fakech_vsock.py)
+    guest_agent_port: int | None  # the guest runs qemu-ga on this vsock port from boot (FAKE_CH_GUEST_AGENT)
+    vsock_driver: bool  # the guest activates its vsock device (FAKE_CH_VSOCK_DRIVER)
 
     def event(self, source: str, event: str, properties: dict[str, str] | None = None) -> None: ...
     def log(self, level: str, message: str) -> None: ...
@@ -279,6 +289,7 @@ class Vmm:
         if vm is None:
             return
         vm.release()
+        self.host.vsock.stop()
         self.host.serial_stop()
         if event:
             self.host.event("vm", "shutdown")
@@ -342,6 +353,14 @@ class Vmm:
                     ram.close()
                 raise self.fail(endpoint, "Error from device manager", "Failed to create TPM device",
                                 f"Failed while initializing tpm emulator: {checks.io_error(exc)}") from None
+        try:
+            self.host.vsock.start(candidate, self.guest_shutdown)
+        except OSError as exc:
+            for fd in held:
+                os.close(fd)
+            if tpm_conn is not None:
+                tpm_conn.close()
+            raise self.fail(endpoint, *VSOCK_BIND_FAILED, checks.io_error(exc)) from None
         self.config.clear()
         self.config.update(candidate)
         self.id_counter = counter
@@ -407,12 +426,21 @@ class Vmm:
                 raise LockFailed(disk["path"], "Read" if readonly else "Write") from None
 
     def schedule_activation(self, vm: Vm) -> None:
-        """The guest drives its virtio devices shortly after boot: `virtio-device:activated`."""
+        """The guest drives its virtio devices shortly after boot: `virtio-device:activated`;
+        the vsock device only with its driver (FAKE_CH_VSOCK_DRIVER), and then an init starts
+        qemu-ga (FAKE_CH_GUEST_AGENT)."""
 
         def activate() -> None:
             if self.vm is vm and vm.state != "Created":
+                vsock = (vm.config.get("vsock") or {}).get("id")
                 for dev_id in checks.virtio_ids(vm.config):
+                    if dev_id == vsock and not self.host.vsock_driver:
+                        continue
                     self.host.event("virtio-device", "activated", {"id": dev_id})
+                if vsock and self.host.vsock_driver:
+                    self.host.vsock.activate()
+                    if self.host.guest_agent_port is not None:
+                        self.host.vsock.start_agent(self.host.guest_agent_port)
 
         self.host.schedule(0.05, activate)
 
@@ -473,6 +501,7 @@ class Vmm:
             )  # fmt: skip
         self.host.event("vm", "pausing")
         vm.state = "Paused"
+        self.host.vsock.set_paused(True)
         self.host.event("vm", "paused")
         return 204, None
 
@@ -487,6 +516,7 @@ class Vmm:
             )  # fmt: skip
         self.host.event("vm", "resuming")
         vm.state = "Running"
+        self.host.vsock.set_paused(False)
         self.host.event("vm", "resumed")
         pending, vm.pending_guest = vm.pending_guest, []
         for action in pending:
@@ -511,6 +541,7 @@ class Vmm:
         vm, self.vm = self.vm, None
         assert vm is not None
         vm.release()
+        self.host.vsock.stop()
         self.host.serial_stop()
         self.boot_vm(endpoint)
         self.host.event("vm", "rebooted")
@@ -536,6 +567,10 @@ class Vmm:
         return 204, None
 
     # --- guest-initiated actions ----------------------------------------------------------
+
+    def guest_shutdown(self, mode: str) -> None:
+        """qemu-ga's `guest-shutdown`: the guest powers off (`powerdown`, `halt`) or reboots."""
+        self.host.schedule(0.0, lambda: self.guest("reboot" if mode == "reboot" else "poweroff"))
 
     def guest(self, action: str) -> None:
         """A guest action: "poweroff", "reboot", or "panic"/"crash_loaded" (pvpanic),

@@ -66,8 +66,10 @@ def manager_pair(layouts: tuple[LauncherLayout, LauncherLayout], vmi: Mapping[st
                  source_env: Mapping[str, str] | None = None
                  ) -> tuple[DomainManager, DomainManager, RecordingSink, RecordingSink]:
     """A migration's source and target managers for `vmi`: the target's share directory is the
-    source's (virt-handler's proxies join the two pods' sockets in a cluster)."""
+    source's (virt-handler's proxies join the two pods' sockets in a cluster). The target's VMM
+    binds the received VM's vsock socket under its own layout (FAKE_CH_VSOCK_ROOT), as the
+    target pod's VMM binds it in its own filesystem."""
     source, source_sink = manager_for(layouts[0], vmi, vmm_env=source_env)
-    target, target_sink = manager_for(layouts[1], vmi)
+    target, target_sink = manager_for(layouts[1], vmi, vmm_env={"FAKE_CH_VSOCK_ROOT": str(layouts[1].root)})
     shared = dataclasses.replace(target.settings, share_dir=source.settings.share_dir)
     return source, DomainManager(shared, target_sink), source_sink, target_sink

@@ -242,12 +242,15 @@ def _run(root: Path, scenario: str, probe: str, ch_binary: str, firmware: Path |
 #   and text (pkg/virt-launcher/virtwrap/live-migration-source.go);
 # - FinalizeVirtualMachineMigration in a pod no migration came into: virt-handler sends it to the
 #   target pod of a completed migration only (pkg/virt-handler/migration-target.go);
-# - FreezeVirtualMachine / UnfreezeVirtualMachine: the snapshot controller freezes only VMIs with
-#   the AgentConnected condition (pkg/storage/snapshot/source.go), which ours never have; the
-#   launcher answers what virt-launcher answers without a connected agent (LibvirtError Code=86).
+# - FreezeVirtualMachine / UnfreezeVirtualMachine, GuestPing, Exec: the snapshot controller freezes
+#   only VMIs with the AgentConnected condition (pkg/storage/snapshot/source.go), and the probes
+#   are only those a VMI asks for; a guest that runs no agent (the probe's own VMI, the tiny guest)
+#   gets what virt-launcher answers without a connected agent (LibvirtError Code=86).
 EXPECTED_FAILURES = (
     ("FreezeVirtualMachine", "QEMU guest agent is not connected"),
     ("UnfreezeVirtualMachine", "QEMU guest agent is not connected"),
+    ("GuestPing", "QEMU guest agent is not connected"),
+    ("Exec", "QEMU guest agent is not connected"),
     ("SyncVirtualMachineMemory", "without room for memory hotplug (spec.domain.memory.maxGuest)"),
     ("MigrateVirtualMachine", "cannot migrate VMI until migrationState is ready"),
     ("FinalizeVirtualMachineMigration", "no migration has completed into this pod"),

@@ -100,6 +100,19 @@ def test_a_warning_reaches_the_client(server, https):
     assert any("spec.template.metadata.annotations" in w for w in answer["warnings"])
 
 
+def test_what_needs_the_guest_agent_is_admitted_with_how_the_guest_must_run_it(server, https):
+    """A guestAgentPing probe and SSH keys through qemuGuestAgent: allowed, each field warned with
+    the command the guest must run (whether it does cannot be known before it boots)."""
+    credentials = [{"sshPublicKey": {"source": {"secret": {"secretName": "keys"}},
+                                     "propagationMethod": {"qemuGuestAgent": {"users": ["root"]}}}}]
+    body = b.vmi(annotations=b.CH, readinessProbe={"guestAgentPing": {}}, accessCredentials=credentials)
+    answer = post_review(https, server.url, b.review(body))
+    assert answer["allowed"] is True
+    agent = [w for w in answer["warnings"] if "qemu-ga --method=vsock-listen --path=4294967295:1023" in w]
+    assert sorted(w.split(":", 1)[0] for w in agent) == ["spec.accessCredentials[0].sshPublicKey",
+                                                         "spec.readinessProbe.guestAgentPing"], answer["warnings"]
+
+
 def test_a_backend_change_on_update_is_refused(server, https):
     answer = post_review(https, server.url, b.review(b.vmi(), "UPDATE", b.vmi(annotations=b.CH)))
     assert answer["allowed"] is False

@@ -33,7 +33,8 @@ SCENARIOS = ("main", "kill", "poweroff", "sigterm", "crash", "panic", "runtime")
 # What virt-handler then sees, beyond the probe's own checks: the event sequence's telling part,
 # the K8s events, and lines the story must print.
 EXPECTED: dict[str, dict[str, Any]] = {
-    "main": {"events": "MODIFIED Paused/User", "final": "Shutoff/Shutdown", "k8s": "[]",
+    # main's GuestPing finds no agent (the probe's guest runs none): virt-launcher's Warning event
+    "main": {"events": "MODIFIED Paused/User", "final": "Shutoff/Shutdown", "k8s": "[GuestAgentPingFailed]",
              "lines": ("dirty-rate collector: 1 metric samples", "metric kubevirt_vmi_dirty_rate_bytes_per_second",
                        # from the VMM's vcpu<n> threads (ch_launcher.stats)
                        "metric kubevirt_vmi_vcpu_seconds_total", "metric kubevirt_vmi_vcpu_delay_seconds_total",
@@ -61,14 +62,15 @@ def probe() -> str:
     return path
 
 
-def assert_clean(run: ProbeRun, scenario: str) -> None:
+def assert_clean(run: ProbeRun, scenario: str, **overrides: Any) -> None:
     """The story ran, nothing was flagged, KubeVirt's code logged no error, and every failed call
-    is a refusal the launcher declares; then what virt-handler saw is what this story means."""
+    is a refusal the launcher declares; then what virt-handler saw is what this story means
+    (EXPECTED, with `overrides`)."""
     assert run.returncode == 0, (f"{len(run.discrepancies)} discrepancies: {run.discrepancies}\n"
                                  f"{run.report()}")
     assert run.kubevirt_errors == [], run.report()
     assert refusal_problems(run, set(NOT_SERVED)) == [], run.report()
-    expected = EXPECTED[scenario]
+    expected = {**EXPECTED[scenario], **overrides}
     sequence = run.line("event sequence: ")
     assert sequence.startswith("event sequence: ADDED Running/Unknown"), run.report()
     assert sequence.endswith("MODIFIED NoState/NonExistent+deleted"), run.report()
@@ -123,6 +125,21 @@ def test_a_guest_that_dirties_memory_shows_in_virt_handlers_dirty_rate_metric(pr
     assert_clean(run, "main")
     metric = run.line("metric kubevirt_vmi_dirty_rate_bytes_per_second")
     assert metric and float(metric.rsplit("= ", 1)[1]) > 0, run.report()
+
+
+def test_kubevirts_own_client_decodes_what_the_guest_agent_tells(probe):
+    """A guest that runs qemu-ga on vsock from boot (the simulated guest's stand-in): KubeVirt's
+    client decodes GetGuestInfo into its own type, every agent RPC succeeds (Freeze, Unfreeze,
+    GuestPing, Exec among them), and the Domains it saw carry the connected channel virt-handler
+    reads AgentConnected from, with the guest's OS."""
+    run = run_probe("main", probe=probe, ch_binary=str(FAKE_CH), env={"FAKE_CH_GUEST_AGENT": "1023"})
+    assert_clean(run, "main", k8s="[]")  # its GuestPing answered
+    assert not [call for call, _ in run.failed_calls if call.split()[0] in (
+        "FreezeVirtualMachine", "UnfreezeVirtualMachine", "GuestPing", "Exec")], run.report()
+    assert '"guestAgentVersion":"7.2.22"' in run.line("guest info "), run.report()
+    unpaused = run.seen["domain_(after_Unpause)"]
+    assert [c["Target"]["State"] for c in unpaused["Spec"]["Devices"]["Channels"]] == ["connected"], run.report()
+    assert unpaused["Status"]["OSInfo"]["PrettyName"] == "Debian GNU/Linux 12 (bookworm)", run.report()
 
 
 # --- the real VMM, as the pod runs it ------------------------------------------------------------

@@ -5,10 +5,11 @@ KubeVirt snapshots volumes (CSI VolumeSnapshots); the launcher's part is the gue
 filesystem freeze. The snapshot controller freezes only a VMI whose AgentConnected condition is
 set (kubevirt pkg/storage/snapshot/source.go@d923fdb815cd `Freeze`), and virt-handler sets it
 only from a connected `org.qemu.guest_agent.0` channel in the Domain (pkg/virt-handler/vm.go).
-Cloud Hypervisor has no agent channel, so an online snapshot proceeds unfrozen with the
-indications `Online` and `NoGuestAgent`, exactly as for a QEMU VM without an agent; a Freeze
-that arrives anyway (virt-api's freeze subresource) gets the Go launcher's answer for an agent
-that is not connected. A restore is storage-side too: the restored claims
+A guest that runs no agent on vsock (this one) keeps the channel disconnected, so an online
+snapshot proceeds unfrozen with the indications `Online` and `NoGuestAgent`, exactly as for a
+QEMU VM without an agent; a Freeze that arrives anyway (virt-api's freeze subresource) gets the
+Go launcher's answer for an agent that is not connected (with an agent: test_guest_agent.py).
+A restore is storage-side too: the restored claims
 (`restore-<restore uid>-<volume>`) are mounted where the VMI's volumes always go, and the VM
 boots from them.
 """
@@ -45,8 +46,9 @@ def test_an_online_snapshot_finds_no_guest_agent_and_freeze_answers_as_virt_laun
     vh = launch(make_vmi())
     domain = vh.run(vh.client.get_domain())
     channels = domain["Spec"]["Devices"].get("Channels") or []
-    # what virt-handler's isGuestAgentConnected reads: nothing, so no AgentConnected condition
-    assert not [c for c in channels if (c.get("Target") or {}).get("Name") == "org.qemu.guest_agent.0"]
+    # what virt-handler's isGuestAgentConnected reads: not connected, so no AgentConnected condition
+    assert [c["Target"]["State"] for c in channels if c["Target"]["Name"] == "org.qemu.guest_agent.0"] == [
+        "disconnected"]
 
     for rpc in ("FreezeVirtualMachine", "UnfreezeVirtualMachine"):
         reply = freeze(vh, rpc)

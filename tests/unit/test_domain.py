@@ -18,10 +18,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ch_launcher.kubevirt.domain import (
+    AccessCredentialResult,
     DomainDisk,
     DomainInterface,
     DomainView,
     GracePeriod,
+    GuestAgentView,
     GuestPanicInfo,
     LifeCycle,
     Reason,
@@ -31,6 +33,7 @@ from ch_launcher.kubevirt.domain import (
     domain_json,
     rfc3339,
 )
+from ch_launcher.kubevirt.guest_info import GuestInterface, GuestOSInfo
 from tests.conftest import DOMAIN_EXAMPLES, require_shared
 
 # Values of the golden files (illustrative, but we rebuild them exactly to compare structure).
@@ -40,8 +43,12 @@ DISK = DomainDisk(alias="myvolume", target_dev="vda",
                   source_file="/var/run/kubevirt-private/vmi-disks/myvolume/disk.img")
 NIC = DomainInterface(alias="default", mac="02:55:43:00:00:01")
 
-# Guest-agent data the golden files carry and Cloud Hypervisor cannot know (no agent channel).
-AGENT_ONLY = {("Spec", "Devices", "Channels"), ("Status", "Interfaces"), ("Status", "OSInfo")}
+# What the golden files' guest agent told (a Fedora 40 guest), as the launcher hears it over vsock.
+FEDORA = GuestOSInfo(name="Fedora Linux", kernel_release="6.8.5-301.fc40.x86_64", version="40 (Cloud Edition)",
+                     pretty_name="Fedora Linux 40 (Cloud Edition)", version_id="40",
+                     kernel_version="#1 SMP PREEMPT_DYNAMIC", machine="x86_64", id="fedora")
+ETH0 = GuestInterface(name="eth0", mac="02:55:43:00:00:01", ip="10.0.2.2", ips=("10.0.2.2", "fd10:0:2::2"))
+AGENT = GuestAgentView(connected=True, os_info=FEDORA, interfaces=(ETH0,))
 
 
 def golden(name: str) -> dict[str, Any]:
@@ -52,7 +59,7 @@ def example_view(status: LifeCycle, reason: Reason, **changes: Any) -> DomainVie
     base: dict[str, Any] = {
         "name": NAME, "namespace": NAMESPACE, "uid": UID, "status": status, "reason": reason,
         "grace": GracePeriod(30), "memory_bytes": 8388608, "disks": (DISK,), "interfaces": (NIC,),
-        "uuid": UUID, "machine": "q35", "arch": "x86_64", "cpu_mode": "host-model",
+        "uuid": UUID, "machine": "q35", "arch": "x86_64", "cpu_mode": "host-model", "agent": AGENT,
     }
     base.update(changes)
     return DomainView(**base)
@@ -63,7 +70,8 @@ EXAMPLES = {
     "domain-example-paused-user.json": lambda: example_view(LifeCycle.PAUSED, Reason.USER),
     "domain-example-marked-graceful-shutdown.json": lambda: example_view(
         LifeCycle.RUNNING, Reason.UNKNOWN, grace=GracePeriod(30, None, True)),
-    "domain-example-shutoff-shutdown.json": lambda: example_view(LifeCycle.SHUTOFF, Reason.SHUTDOWN),
+    "domain-example-shutoff-shutdown.json": lambda: example_view(  # the agent's NICs are gone with the guest
+        LifeCycle.SHUTOFF, Reason.SHUTDOWN, agent=GuestAgentView(connected=True, os_info=FEDORA)),
     "domain-example-deleted.json": lambda: deleted_domain_view(
         NAME, NAMESPACE, UID, datetime(2026, 8, 22, 10, 0, 0, tzinfo=UTC)),
 }
@@ -101,9 +109,27 @@ def test_domain_has_exactly_the_golden_key_sets(example: str) -> None:
 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES))
-def test_domain_equals_the_golden_file_apart_from_guest_agent_data(example: str) -> None:
-    ours = json.loads(domain_json(EXAMPLES[example]()))
-    assert without(ours, AGENT_ONLY) == without(golden(example), AGENT_ONLY)
+def test_domain_equals_the_golden_file_with_what_the_guest_agent_told(example: str) -> None:
+    assert json.loads(domain_json(EXAMPLES[example]())) == golden(example)
+
+
+def test_the_agent_channel_shows_disconnected_until_the_agent_is_reached_and_a_vm_without_one_has_none() -> None:
+    waiting = json.loads(domain_json(example_view(LifeCycle.RUNNING, Reason.UNKNOWN, agent=GuestAgentView())))
+    assert waiting["Spec"]["Devices"]["Channels"] == [{"Type": "unix", "Source": None, "Target": {
+        "Name": "org.qemu.guest_agent.0", "Type": "virtio", "Address": "", "Port": 0, "State": "disconnected"}}]
+    assert waiting["Status"]["OSInfo"] == golden("domain-example-deleted.json")["Status"]["OSInfo"]  # all empty
+    assert waiting["Status"]["Interfaces"] is None and waiting["Status"]["FSFreezeStatus"] == {"Status": ""}
+    none = json.loads(domain_json(example_view(LifeCycle.RUNNING, Reason.UNKNOWN, agent=None)))
+    assert none["Spec"]["Devices"]["Channels"] is None
+
+
+def test_the_freeze_status_and_the_access_credentials_result_show_as_virt_launcher_shows_them() -> None:
+    agent = GuestAgentView(connected=True, fs_freeze_status="frozen",
+                           access_credential=AccessCredentialResult(False, "Guest agent is offline"))
+    doc = json.loads(domain_json(example_view(LifeCycle.RUNNING, Reason.UNKNOWN, agent=agent)))
+    assert doc["Status"]["FSFreezeStatus"] == {"Status": "frozen"}
+    assert doc["Spec"]["Metadata"]["KubeVirt"]["AccessCredential"] == {"Succeeded": False,
+                                                                        "Message": "Guest agent is offline"}
 
 
 def test_every_golden_file_is_covered_by_a_test() -> None:

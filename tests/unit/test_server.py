@@ -41,7 +41,7 @@ def test_every_cmd_rpc_is_either_implemented_or_refused_with_a_reason():
                                    "SyncVirtualMachineCPUs", "SyncVirtualMachineMemory", "MigrateVirtualMachine",
                                    "CancelVirtualMachineMigration", "SyncMigrationTarget",
                                    "FinalizeVirtualMachineMigration", "FreezeVirtualMachine",
-                                   "UnfreezeVirtualMachine"}
+                                   "UnfreezeVirtualMachine", "Exec", "GuestPing"}
     names = {m.name for m in service.methods}
     assert names == implemented | set(NOT_SERVED)
     assert not implemented & set(NOT_SERVED)

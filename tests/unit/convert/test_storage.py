@@ -432,15 +432,10 @@ def test_ssh_keys_propagated_through_no_cloud_go_into_the_cloud_init_iso() -> No
 
 
 @pytest.mark.parametrize("cred, field", [
-    ({"sshPublicKey": {"source": {"secret": {"secretName": "k"}},
-                       "propagationMethod": {"qemuGuestAgent": {"users": ["a"]}}}},
-     "spec.accessCredentials[0].sshPublicKey.propagationMethod.qemuGuestAgent"),
-    ({"userPassword": {"source": {"secret": {"secretName": "k"}}, "propagationMethod": {"qemuGuestAgent": {}}}},
-     "spec.accessCredentials[0].userPassword"),
     ({"sshPublicKey": {"source": {"secret": {"secretName": "k"}}, "propagationMethod": {"configDrive": {}}}},
      "spec.accessCredentials[0].sshPublicKey.propagationMethod"),
 ])
-def test_access_credentials_that_need_the_guest_agent_or_a_missing_volume_are_refused(cred: dict[str, Any],
+def test_access_credentials_propagated_through_a_missing_cloud_init_volume_are_refused(cred: dict[str, Any],
                                                                                       field: str) -> None:
     body = vmi(disks=[virtio("ci")], volumes=[{"name": "ci", "cloudInitNoCloud": {"userData": "x"}}],
                accessCredentials=[cred])
