@@ -37,6 +37,7 @@ Where the node cannot run (no ../shared beside the checkout, not root, a tool mi
 why and exits 0, as the other benchmarks do.
 
     python bench/cluster.py [--rounds N] [--kills N] [--timelines N] [--against-pods] [--only PART,...]
+    python bench/cluster.py --only pods     # the plain-pod baseline alone
 
 Timings depend on the machine's load (printed); compare within one run.
 """
@@ -359,7 +360,7 @@ def main() -> int:
     parser.add_argument("--against-pods", action="store_true", help="also the plain-pod baseline (module docstring)")
     parser.add_argument("--only", type=lambda text: set(text.split(",")), default=None,
                         help="these parts only, comma-separated: timeline (one start's), kills (the launchers'), "
-                             "qemu (the other figures against QEMU)")
+                             "qemu (the other figures against QEMU), pods (the plain-pod baseline)")
     args = parser.parse_args()
     reason = unavailable() or missing()
     if reason:
@@ -372,7 +373,7 @@ def main() -> int:
         cluster.start_node()
         cluster.load_images(Builder().build())
         cluster.install()
-        parts = args.only or {"timeline", "qemu", "kills"}
+        parts = args.only or {"timeline", "qemu", "kills", *(["pods"] if args.against_pods else [])}
         if "timeline" in parts:
             timelines(cluster, args.timelines)
         if "qemu" in parts:
@@ -381,7 +382,7 @@ def main() -> int:
             per_node(cluster, requests)
         if "kills" in parts:
             kills(cluster, args.kills)
-        if args.against_pods and args.only is None:
+        if "pods" in parts:
             against_pods(cluster, args.rounds)
             at_once_against_pods(cluster)
     finally:
