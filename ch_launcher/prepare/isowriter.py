@@ -12,7 +12,8 @@ place.
 Layout (ECMA-119; 2048-byte sectors): 16 empty sectors; the primary and the Joliet volume
 descriptors and the set terminator; the four path tables (primary L and M, Joliet L and M); the
 primary directories; the Joliet directories; the Rock Ridge continuation areas (the root's
-extension reference, and the entries of a record whose names do not fit in it); the files.
+extension reference, and the entries of a record whose names do not fit in it); the files;
+PAD_SECTORS zero sectors.
 Standard library only.
 """
 
@@ -28,6 +29,10 @@ SECTOR = 2048
 JOLIET_MAX_NAME = 64  # UCS-2 characters per Joliet name component
 JOLIET_MAX_LABEL = 16  # the volume identifier's 32 bytes hold 16 UCS-2 characters
 ISO_MAX_NAME = 30  # interchange level 2: a file identifier's name, "." and extension
+# zero sectors after the files, counted in the volume, as mkisofs and xorrisofs pad by default: the
+# volume probes of busybox (`findfs LABEL=cidata`, `blkid`) read 0x11000 bytes and find nothing on
+# a shorter device, so a small guest's init never found the cloud-init disk of a 28-sector image
+PAD_SECTORS = 150
 DIR_MODE, FILE_MODE = 0o40555, 0o100444
 _D_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 # RRIP 1.09's extension reference, as the Rock Ridge documents give it
@@ -186,7 +191,7 @@ class _Layout:
             for data in d.files.values():
                 self.file_at[id(data)] = next_sector
                 next_sector += _sectors(len(data))
-        total = next_sector
+        total = next_sector + PAD_SECTORS
         out = bytearray(total * SECTOR)
         for record, sector, at in self.continuations:  # CE: where, and how long
             record.system_use = record.system_use[:-24] + _both32(sector) + _both32(at) + _both32(

@@ -297,3 +297,20 @@ def test_blkid_finds_the_label_cloud_init_looks_for_and_isoinfo_reads_every_tree
         assert isoinfo(step.path, tree, "-x", "/user-data") == user
     assert isoinfo(step.path, "-f").decode().split() == ["/META_DATA.;1", "/NETWORK_CONFIG.;1", "/USER_DATA.;1"]
     assert isoinfo(step.path, "-x", "/USER_DATA.;1") == user
+
+
+def test_busyboxs_findfs_and_blkid_find_a_small_nocloud_iso_by_its_label(tmp_path: pathlib.Path) -> None:
+    """A guest without util-linux (a busybox initramfs, CirrOS) finds its cloud-init disk with
+    busybox's volume probe, which reads the first 0x11000 bytes of the device and recognises
+    nothing on a shorter one: a NoCloud ISO of two small files (28 sectors before the padding)
+    carries mkisofs's 150 padding sectors in its volume, as xorrisofs's does (found with the Linux
+    guest of tests/cluster/test_linux_guest.py, whose `findfs LABEL=cidata` came back empty)."""
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        pytest.fail("busybox is missing (Makefile TEST_TOOLS: busybox)")
+    step = nocloud(tmp_path, user_data=b"#cloud-config\nhostname: penguin\n")
+    build_cloud_init_iso(step)
+    assert os.path.getsize(step.path) >= 0x11000
+    probe = subprocess.run([busybox, "blkid", step.path], capture_output=True, text=True, timeout=60, check=True)
+    assert 'LABEL="cidata" TYPE="iso9660"' in probe.stdout, probe
+    assert read_iso(step.path)[0] == "cidata"
