@@ -262,13 +262,15 @@ class Relay:
                 elif length:
                     self._bulk(a, b, length, pipe_r, pipe_w, memory=False)
                 reply = self._read(b, HEADER.size, "receiver-closed", at_boundary=True)
-                self._write(a, reply, to_sender=True)
                 status = struct.unpack_from("<H", reply)[0]
-                if status != STATUS_OK:
-                    raise _Ended("refused", f"the receiver answered Error to {name}")
-                if command in (COMPLETE, COMPLETE_PAUSED):
+                acked = status == STATUS_OK and command in (COMPLETE, COMPLETE_PAUSED)
+                if acked:  # the VM runs there: known before the sender can act on (or miss) the answer
                     with self._lock:
                         self._complete_acked = True
+                self._write(a, reply, to_sender=True)
+                if status != STATUS_OK:
+                    raise _Ended("refused", f"the receiver answered Error to {name}")
+                if acked:
                     return
                 if command == ABANDON:
                     raise _Ended("sender-closed", "the sender abandoned the migration")
