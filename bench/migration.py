@@ -12,6 +12,10 @@ unix socket, TCP on loopback, the target pod's unix socket):
 - **baseline**: two bare VMMs of the same binary and VM config; `vm.receive-migration` on a unix
   socket the target proxy dials, `vm.send-migration` to the source proxy's socket. Times are when
   the source VMM's events are read from its event monitor.
+- **baseline+hops**: the baseline with two plain splice forwarders (bench/splice_hop.py) where the
+  launchers' relays sit, between each VMM and its proxy socket: the two extra hops alone, the
+  floor of any relay. Its ratio to the baseline is what the hops cost; ch-launcher's ratio to it
+  is what the relays cost beyond them (reading the protocol, counting, the launchers).
 
 Figures, per path and as a ratio ch-launcher / baseline:
 
@@ -50,6 +54,7 @@ from dataclasses import dataclass
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.splice_hop import SpliceHop  # noqa: E402
 from tests import real_vmm  # noqa: E402
 from tests.contract.harness import Vmm, launch, real_backend  # noqa: E402
 from tests.contract.migration_support import Receive, host_snapshots_vcpus, no_backtrace_env  # noqa: E402
@@ -84,11 +89,13 @@ def unavailable() -> str | None:
 # --- baseline: Cloud Hypervisor's own send/receive ------------------------------------------------
 
 
-def baseline_round(memory: int) -> Round:
+def baseline_round(memory: int, *, hops: bool = False) -> Round:
+    """One migration between two bare VMMs; with `hops`, through a SpliceHop on each side."""
     root = tempfile.mkdtemp(prefix="kcbm", dir="/tmp")
     backend = real_backend()
     vmms: list[Vmm] = []
     proxies = ProxyManager()
+    forwarders: list[SpliceHop] = []
     uid = str(uuid.uuid4())
     try:
         src = launch(backend, root, name="src", env=no_backtrace_env())
@@ -101,12 +108,20 @@ def baseline_round(memory: int) -> Round:
         # named as in the target pod, so the target proxy publishes it as port 49152
         os.makedirs(os.path.join(root, "target"))
         receive_socket = os.path.join(root, "target", f"{uid}-{DIRECT_PORT}-source.sock")
-        receive = Receive(dst, f"unix:{receive_socket}", timeout=TIMEOUT)
+        vmm_receives = os.path.join(root, "receive.sock") if hops else receive_socket
+        receive = Receive(dst, f"unix:{vmm_receives}", timeout=TIMEOUT)
+        if hops:
+            forwarders.append(SpliceHop(receive_socket, vmm_receives))
         proxies.start_target_listener(uid, [os.path.join(root, "virtqemud-sock"), receive_socket])
         ports = proxies.get_target_listener_ports(uid)
         proxies.start_source_listener(uid, "127.0.0.1", ports, os.path.join(root, "source"))
         (send_socket,) = [f for f in proxies.get_source_listener_files(uid)
                           if f.endswith(f"-{DIRECT_PORT}-source.sock")]
+        if hops:
+            forwarders.append(SpliceHop(os.path.join(root, "send.sock"), send_socket))
+            send_socket = forwarders[-1].listen_path
+        for hop in forwarders:
+            hop.start()
         src.events.set_mark()
         begun = time.monotonic()
         src.client.send_migration(f"unix:{send_socket}")
@@ -129,6 +144,8 @@ def baseline_round(memory: int) -> Round:
         proxies.close()
         for vmm in vmms:
             vmm.stop()
+        for hop in forwarders:
+            hop.close()
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -195,10 +212,11 @@ def main() -> int:
     if not host_snapshots_vcpus():
         print("PVM host: every real switch-over fails (GetNestedState) after all memory is sent; "
               "'pause' is the failed attempt's pause of the source VM, not a downtime")
-    rows: dict[str, list[Round]] = {"baseline": [], "ch-launcher": []}
+    rows: dict[str, list[Round]] = {"baseline": [], "baseline+hops": [], "ch-launcher": []}
     early = 0
-    for _ in range(args.rounds):  # interleaved, so that both paths see the same load
+    for _ in range(args.rounds):  # interleaved, so that every path sees the same load
         rows["baseline"].append(baseline_round(memory))
+        rows["baseline+hops"].append(baseline_round(memory, hops=True))
         try:
             rows["ch-launcher"].append(launcher_round(memory))
         except EarlyFailure as e:
@@ -208,7 +226,7 @@ def main() -> int:
         print("no ch-launcher round reached its switch-over; nothing to compare")
         return 1
     gib = memory / (1 << 30)
-    print(f"{'path':12} {'memory phase s':>15} {'GiB/s':>7} {'total s':>9} {'pause s':>9}  outcome")
+    print(f"{'path':13} {'memory phase s':>15} {'GiB/s':>7} {'total s':>9} {'pause s':>9}  outcome")
     figures: dict[str, dict[str, float]] = {}
     for name, done in rows.items():
         phase = median([r.memory_phase for r in done])
@@ -221,11 +239,12 @@ def main() -> int:
         if unseen:
             outcome += f"; {unseen} round(s) without a Paused/Migration report"
         figures[name] = {"phase": phase, "total": total, "pause": pause}
-        print(f"{name:12} {phase:15.3f} {gib / phase:7.2f} {total:9.3f} {pause:9.3f}  {outcome} "
+        print(f"{name:13} {phase:15.3f} {gib / phase:7.2f} {total:9.3f} {pause:9.3f}  {outcome} "
               f"(rounds: {', '.join(f'{r.memory_phase:.2f}' for r in done)} s)")
-    base, ours = figures["baseline"], figures["ch-launcher"]
-    print(f"ratio ch-launcher / baseline: memory phase {ours['phase'] / base['phase']:.2f}x, "
-          f"total {ours['total'] / base['total']:.2f}x, pause {ours['pause'] / base['pause']:.2f}x")
+    for over, under in (("ch-launcher", "baseline"), ("baseline+hops", "baseline"), ("ch-launcher", "baseline+hops")):
+        a, b = figures[over], figures[under]
+        print(f"ratio {over} / {under}: memory phase {a['phase'] / b['phase']:.2f}x, "
+              f"total {a['total'] / b['total']:.2f}x, pause {a['pause'] / b['pause']:.2f}x")
     return 0
 
 
