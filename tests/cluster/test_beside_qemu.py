@@ -25,7 +25,7 @@ from tests.cluster.bootdisk import POWER_BUTTON
 from tests.cluster.images import LAUNCHER_IMAGE
 from tests.cluster.node import NodeCluster, archive_reference
 from tests.cluster.objects import CH
-from tests.cluster.test_faults import CRASHED, alive, events_once, pause_and_unpause
+from tests.cluster.test_faults import CRASHED, alive, events_once, restart_virt_handler_and_use_each
 from tests.cluster.test_vm_story import NAME as README_VM
 from tests.cluster.test_vm_story import readme_check as readme_vm_check
 
@@ -168,21 +168,8 @@ def test_a_vm_moves_from_qemu_to_cloud_hypervisor_and_back_by_its_template_and_a
 def test_a_qemu_vmi_and_a_cloud_hypervisor_vmi_both_run_on_through_virt_handler_restarting(
         node_cluster: NodeCluster, side_by_side: dict[str, str]) -> None:
     both = create_both(node_cluster, side_by_side)  # the guests boot meanwhile (one boot each, below)
-    names = list(side_by_side.values())
-    offset = len(node_cluster.node_log("virt-handler"))
-    watch = node_cluster.watch("vmi")  # all of them: kubectl watches one name at most
-    try:
-        print("\n" + node_cluster.kill("virt-handler"))
-
-        def found_again() -> bool:  # it dialled each launcher's socket and read its Domain
-            log = node_cluster.node_log("virt-handler")[offset:]
-            return all(f'"msg":"VMI is in phase: Running | Domain status: Running, reason: Unknown","name":"{n}"'
-                       in log for n in names)
-        node_cluster.wait_for(found_again, "the new virt-handler to find both domains", timeout=60)
-        for name in names:
-            pause_and_unpause(node_cluster, name)  # through the new virt-handler, to libvirt and to ch-launcher
-    finally:
-        watch.close()
+    # through the new virt-handler, to libvirt and to ch-launcher
+    watch = restart_virt_handler_and_use_each(node_cluster, list(side_by_side.values()))
     for backend, (before, pod) in both.items():
         name = side_by_side[backend]
         assert set(watch.seen(key=name)) == {"Running"}, watch.rows

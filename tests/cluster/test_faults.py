@@ -14,7 +14,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from tests.apiserver.cluster import ClusterError
 from tests.cluster.images import LAUNCHER_IMAGE
 from tests.cluster.node import NodeCluster, parent_pid
 from tests.cluster.objects import annotated_vm, annotated_vmi
+from tests.cluster.watch import Watch
 
 MiB = 1 << 20
 CRASHED = ("Warning", "Stopped", "The VirtualMachineInstance crashed.")  # virt-handler's words for a crashed domain
@@ -102,23 +103,31 @@ def pause_and_unpause(cluster: NodeCluster, name: str) -> None:
     cluster.wait_for(unpaused, f"{name} to be unpaused")
 
 
+def restart_virt_handler_and_use_each(cluster: NodeCluster, names: Sequence[str]) -> Watch:
+    """Kill virt-handler; once the new one has found each VMI's domain (it dialled the launcher's
+    socket and read it), pause and unpause each through it. The watch of every VMI's phase
+    meanwhile, closed."""
+    offset = len(cluster.node_log("virt-handler"))
+    watch = cluster.watch("vmi")  # all of them: kubectl watches one name at most
+    try:
+        print("\n" + cluster.kill("virt-handler"))
+
+        def found_again() -> bool:
+            log = cluster.node_log("virt-handler")[offset:]
+            return all(f'"msg":"VMI is in phase: Running | Domain status: Running, reason: Unknown","name":"{n}"'
+                       in log for n in names)
+        cluster.wait_for(found_again, "the new virt-handler to find every domain", timeout=60)
+        for name in names:
+            pause_and_unpause(cluster, name)
+    finally:
+        watch.close()
+    return watch
+
+
 def test_virt_handler_restarting_finds_both_launchers_again_and_the_guests_run_on(node_cluster: NodeCluster, fresh):
     names = ("f-handler-a", "f-handler-b")
     before = fresh(*names)
-    offset = len(node_cluster.node_log("virt-handler"))
-    watch = node_cluster.watch("vmi")  # all of them: kubectl watches one name at most
-    try:
-        print("\n" + node_cluster.kill("virt-handler"))
-
-        def found_again() -> bool:  # it dialled each launcher's socket and read its Domain
-            log = node_cluster.node_log("virt-handler")[offset:]
-            return all(f'"msg":"VMI is in phase: Running | Domain status: Running, reason: Unknown","name":"{n}"'
-                       in log for n in names)
-        node_cluster.wait_for(found_again, "the new virt-handler to find both domains", timeout=60)
-        for name in names:
-            pause_and_unpause(node_cluster, name)  # through the new virt-handler, to each launcher
-    finally:
-        watch.close()
+    watch = restart_virt_handler_and_use_each(node_cluster, names)
     for name, (vmi, pod) in zip(names, before, strict=True):
         assert set(watch.seen(key=name)) == {"Running"}, watch.rows
         after = node_cluster.wait_for_vmi(name, ready=True)
