@@ -15,10 +15,12 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ch_launcher import probe as probe_module
 from tests.builders import with_spec
 from tests.framework.virt_handler import DomainEvent
 from tests.functional.agent_support import (
@@ -112,6 +114,42 @@ def test_ping_and_exec_probes_reach_the_guest_through_the_agent(harnesses: list[
     event = h.run(h.recorder.wait_for_k8s_event("GuestAgentPingFailed"))
     assert event["message"] == "GuestAgentPing probe failed for VMI testvmi"
     assert execute(h, "true").exitCode == -1
+
+
+def virt_probe(h: Harness, *args: str, socket: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The image's `/usr/bin/virt-probe` (`python -ISOO .../probe.py`) as kubelet runs it for the
+    pod's probe virt-controller rendered (`--domainName <ns>_<name> --timeoutSeconds N ...`)."""
+    name = f"{h.vmi['metadata']['namespace']}_{h.vmi['metadata']['name']}"
+    return subprocess.run([sys.executable, "-ISOO", probe_module.__file__, "--socket",
+                           socket or str(h.layout.cmd_socket), "--domainName", name, "--timeoutSeconds", "5", *args],
+                          capture_output=True, text=True, timeout=30, check=False)
+
+
+def test_virt_probe_runs_a_vmis_exec_and_ping_probes_as_kubelet_calls_it(harnesses: list[Harness],
+                                                                          tmp_path: Path) -> None:
+    """virt-controller renders a VMI's `exec` probe as `virt-probe ... --command cmd -- args` and
+    its `guestAgentPing` probe as `virt-probe ... --guestAgentPing` in `compute`: the ping passes
+    (0) while the agent answers and fails (1) once it stops; exec exits with the guest command's
+    code and prints its output, and with 255 when the command could not run (upstream exits -1)."""
+    h = booted(harnesses, env=AGENT_FROM_BOOT)
+    h.run(until_agent(h, "connected"))
+    assert virt_probe(h, "--guestAgentPing").returncode == 0
+    missing = virt_probe(h, "--command", "cat", "--", "/tmp/ready")
+    assert missing.returncode == 1
+    console(h, "echo ready > /tmp/ready")
+    found = virt_probe(h, "--command", "cat", "--", "/tmp/ready")
+    assert (found.returncode, found.stdout) == (0, "ready\n\n"), found.stderr  # Go's Println of stdOut
+    nothing = virt_probe(h, "--command", "/usr/bin/nope")
+    assert nothing.returncode == 255 and "Failed executing the command" in nothing.stderr
+
+    console(h, "killall qemu-ga")
+    h.run(until_agent(h, "disconnected"))
+    failed = virt_probe(h, "--guestAgentPing")
+    assert failed.returncode == 1 and "Failed to ping the guest" in failed.stderr
+    assert virt_probe(h, "--command", "true").returncode == 255
+    absent = str(tmp_path / "absent")
+    assert virt_probe(h, "--guestAgentPing", socket=absent).returncode == 1
+    assert virt_probe(h, "--command", "true", socket=absent).returncode == 255
 
 
 def test_users_and_filesystems_are_what_the_agent_lists(harnesses: list[Harness]) -> None:
