@@ -8,8 +8,10 @@
   dependencies; their documentation, dpkg's and apt's files left out), busybox's applets as
   symlinks where no package put a file, `/dev/console` (the kernel opens it for init before
   any file system is mounted) and the files of `rootfs/` (the guest's init: `rootfs/etc/inittab`
-  says what runs). More packages (a guest agent, say) go into `PACKAGES` and their services into
-  `rootfs/etc/inittab`.
+  says what runs), and of the package `qemu-guest-agent` only `AGENT` (qemu-ga), its loader and
+  the libraries it loads (`tests/linux_guest/elf.py` reads them from the binaries: the package's
+  whole dependency tree, perl included, would be 80 MB), started by `rootfs/etc/inittab` on vsock
+  as docs/features.md tells users to.
 
 The extracted packages are kept in `build/linux-guest/` (one tar per package list: mmdebstrap
 takes 10-20 s), the initramfs beside them, keyed by its inputs; a file lock serialises
@@ -30,7 +32,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.linux_guest import cpio
+from tests.linux_guest import cpio, elf
 from tests.real_vmm import REPO, SHARED
 
 HERE = Path(__file__).resolve().parent
@@ -40,6 +42,9 @@ SHARED_GUEST = SHARED / "guest"
 UNPACK = SHARED / "unpack.sh"
 SUITE = "bookworm"
 PACKAGES = ("busybox-static",)
+AGENT_PACKAGES = ("qemu-guest-agent",)
+AGENT = "usr/sbin/qemu-ga"
+LIBRARY_DIRS = ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu")  # the loader's default paths, in its order
 # what the packages bring that an initramfs does not need
 _LEFT_OUT = ("dev/", "usr/share/doc/", "usr/share/man/", "usr/share/info/", "usr/share/locale/", "usr/share/lintian/",
              "usr/share/bug/", "usr/share/initramfs-tools/", "var/lib/dpkg/", "var/lib/apt/", "var/cache/",
@@ -123,6 +128,52 @@ def _package_entries(tar_path: Path) -> list[cpio.Entry]:
     return entries
 
 
+def _program_entries(tar_path: Path, program: str) -> list[cpio.Entry]:
+    """`program` of the packages in `tar_path`, its loader and every library it loads (by
+    DT_NEEDED, transitively, found where the loader looks), with the symlinks that lead to them.
+    GuestBuildError names what is missing."""
+    with tarfile.open(tar_path) as tar:
+        members = {m.name.removeprefix("./").rstrip("/"): m for m in tar.getmembers()}
+        entries: dict[str, cpio.Entry] = {}
+
+        def add(path: str) -> bytes:
+            """Add `path` (following its symlinks); the file's content."""
+            for _ in range(16):
+                member = members.get(path)
+                if member is None:
+                    raise GuestBuildError(f"{program} needs {path}, which {', '.join(AGENT_PACKAGES)} does not bring")
+                if member.issym():
+                    entries[path] = cpio.symlink(path, member.linkname)
+                    link = member.linkname
+                    path = os.path.normpath(link.lstrip("/") if link.startswith("/") else
+                                            os.path.join(os.path.dirname(path), link))
+                    continue
+                if member.islnk():
+                    member = members[member.linkname.removeprefix("./")]
+                extracted = tar.extractfile(member)
+                assert extracted is not None
+                data = extracted.read()
+                entries[path] = cpio.file(path, data, member.mode & 0o7777)
+                return data
+            raise GuestBuildError(f"{path}: too many symbolic links")
+
+        binary = add(program)
+        interp = elf.interpreter(binary)  # the loader, which the kernel starts for the program
+        if interp is not None:
+            add(interp.lstrip("/"))
+        todo, seen = elf.needed(binary), set()
+        while todo:
+            soname = todo.pop()
+            if soname in seen:
+                continue
+            seen.add(soname)
+            found = next((f"{d}/{soname}" for d in LIBRARY_DIRS if f"{d}/{soname}" in members), None)
+            if found is None:
+                raise GuestBuildError(f"{program} needs {soname}, found in none of {', '.join(LIBRARY_DIRS)}")
+            todo += elf.needed(add(found))
+    return list(entries.values())
+
+
 def _applets(busybox: bytes) -> list[str]:
     """busybox's applets as paths (`bin/ls`, `sbin/udhcpc`, ...), from the binary itself (static)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -163,6 +214,7 @@ def assemble(package_entries: list[cpio.Entry], rootfs: Path = ROOTFS) -> bytes:
     for applet in _applets(busybox.data):
         wanted.setdefault(applet, cpio.symlink(applet, "/bin/busybox"))
     wanted["dev/console"] = cpio.char_device("dev/console", 5, 1)
+    wanted.setdefault("var/run", cpio.symlink("var/run", "/run"))  # qemu-ga keeps its pid file there
     wanted["init"] = cpio.symlink("init", "/bin/busybox")  # busybox's init, which reads etc/inittab
     return cpio.archive(_parents_first(wanted))
 
@@ -181,19 +233,20 @@ def _parents_first(entries: dict[str, cpio.Entry]) -> list[cpio.Entry]:
 
 
 def initramfs(packages: tuple[str, ...] = PACKAGES, rootfs: Path = ROOTFS, build: Path = BUILD) -> Path:
-    """The initramfs file, built when its inputs changed (the package list and every file of
+    """The initramfs file, built when its inputs changed (the package lists and every file of
     `rootfs`, names and modes included). GuestBuildError names the failed step."""
     with _locked(build):
-        tar = packages_tar(packages, build)
-        digest = hashlib.sha256(tar.name.encode())
+        tar, agent_tar = packages_tar(packages, build), packages_tar(AGENT_PACKAGES, build)
+        digest = hashlib.sha256(f"{tar.name} {agent_tar.name}".encode())
         for path in sorted(rootfs.rglob("*")):
             digest.update(f"{path.relative_to(rootfs)}:{path.stat().st_mode:o}".encode())
             if path.is_file():
                 digest.update(path.read_bytes())
-        digest.update(Path(cpio.__file__).read_bytes() + Path(__file__).read_bytes())
+        for source in (cpio.__file__, elf.__file__, __file__):
+            digest.update(Path(str(source)).read_bytes())
         out = build / f"initramfs-{digest.hexdigest()[:16]}.cpio"
         if not out.exists():
-            data = assemble(_package_entries(tar), rootfs)
+            data = assemble([*_package_entries(tar), *_program_entries(agent_tar, AGENT)], rootfs)
             partial = out.with_suffix(".partial")
             partial.write_bytes(data)
             os.replace(partial, out)

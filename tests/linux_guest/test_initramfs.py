@@ -73,15 +73,16 @@ def test_the_inits_scripts_are_valid_for_busyboxs_shell(script: str) -> None:
 
 
 def test_every_program_inittab_starts_is_in_the_initramfs() -> None:
-    """busybox init runs the actions of etc/inittab by path: each is a file of rootfs/ or an
-    applet of busybox-static (the `applets` the builder links)."""
+    """busybox init runs the actions of etc/inittab by path: each is a file of rootfs/, an
+    applet of busybox-static (the `applets` the builder links) or the guest agent."""
     programs = [line.split(":", 3)[3].lstrip("-").split()[0]
                 for line in (build.ROOTFS / "etc" / "inittab").read_text().splitlines()
                 if line.strip() and not line.startswith("#")]
-    assert programs == ["/etc/kch/boot", "/etc/kch/power-button", "/sbin/uevent", "/bin/sh", "/sbin/reboot",
-                        "/etc/kch/shutdown"]
+    assert programs == ["/etc/kch/boot", "/usr/sbin/qemu-ga", "/etc/kch/power-button", "/sbin/uevent", "/bin/sh",
+                        "/sbin/reboot", "/etc/kch/shutdown"]
     for program in programs:
-        assert (build.ROOTFS / program.lstrip("/")).exists() or program in ("/sbin/uevent", "/bin/sh", "/sbin/reboot")
+        assert (build.ROOTFS / program.lstrip("/")).exists() or program in (
+            "/sbin/uevent", "/bin/sh", "/sbin/reboot", f"/{build.AGENT}")
 
 
 @pytest.fixture(scope="module")
@@ -122,3 +123,15 @@ def test_the_initramfs_has_the_console_the_kernel_opens_for_init() -> None:
     fields = [int(header[6 + 8 * i:14 + 8 * i], 16) for i in range(13)]
     mode, rdev = fields[1], (fields[9], fields[10])
     assert stat.S_ISCHR(mode) and rdev == (5, 1)
+
+
+def test_the_guest_agent_runs_in_the_initramfs_with_nothing_from_outside(initramfs: Path) -> None:
+    """qemu-ga, its loader and its libraries are in the archive: run in a chroot of it (no file
+    of this machine reachable), Debian's binary starts and names itself."""
+    done = subprocess.run(["unshare", "--map-root-user", "chroot", str(initramfs), f"/{build.AGENT}", "--version"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("QEMU Guest Agent 7."), done.stdout
+    assert (initramfs / "etc/passwd").read_text().startswith("root:x:0:0:root:/root:")  # the credentials' user
+    assert os.readlink(initramfs / "var/run") == "/run"
+    assert not (initramfs / "usr/bin/perl").exists()  # the agent's package, not its dependency tree
