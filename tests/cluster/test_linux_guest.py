@@ -7,11 +7,15 @@ A Linux boot takes minutes here (the guest's kernel code is emulated, and the ma
 shared), so two VMs carry every story, both created when the module starts:
 
 - the VM `linux` (1 GiB, one socket of at most two, `maxGuest`, a masquerade NIC, cloud-init
-  NoCloud): the console, the pod network (DHCP, a pod reaching the guest, the guest reaching a
-  Service), cloud-init, the dirty rate, vCPU and memory hotplug, then `virtctl stop` through the
-  ACPI power button;
-- the VMI `linux-reboot` (256 MiB, a pvpanic device, no NIC): a guest reboot, `virtctl
-  soft-reboot`, its boots counted in its serial log, then a kernel panic.
+  NoCloud, an SSH key from a Secret for the guest agent to install, a `guestAgentPing` readiness
+  probe): the console, the pod network (DHCP, a pod reaching the guest, the guest reaching a
+  Service), cloud-init, the guest agent (what it tells, its connection and the probe, the key),
+  the dirty rate, vCPU and memory hotplug, then `virtctl stop` through the ACPI power button;
+- the VMI `linux-reboot` (256 MiB, a pvpanic device, no NIC, an empty disk, an `exec` readiness
+  probe): a guest reboot, `virtctl soft-reboot`, its boots counted in its serial log, a freeze
+  by the Velero hook, then a kernel panic.
+
+Both guests start Debian's qemu-ga on vsock at boot (tests/linux_guest: `rootfs/etc/inittab`).
 
 The tests run in file order. The second VMI's reboots are started by one test and checked by a
 later one, so that its boots run while the first VM's stories do (each guest has a vCPU of its
@@ -21,6 +25,7 @@ own on the node's two CPUs).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import tempfile
@@ -32,6 +37,7 @@ from typing import Any
 
 import pytest
 
+from tests.apiserver.cluster import ClusterError
 from tests.cluster.disks import vmm_info
 from tests.cluster.guest_shell import GuestShell
 from tests.cluster.images import LAUNCHER_IMAGE
@@ -59,6 +65,18 @@ GRACE_SECONDS = 120
 # whose vCPU is hot-plugged boots without them.
 SMP_KERNEL_ARGS = "nopvspin"
 MiB = 1 << 20
+SECRET = "linux-ssh"
+AGENT_COMMAND = "qemu-ga --method=vsock-listen --path=4294967295:1023"  # docs/features.md, the guest's inittab
+DATA_SERIAL = "kch-data"  # the empty disk's serial: the guest finds it by /sys/block/*/serial
+
+
+def ssh_public_key(comment: str) -> str:
+    """An ed25519 public key line in OpenSSH's format (its 32 key bytes made up: nothing signs with it)."""
+    blob = b"".join(len(part).to_bytes(4, "big") + part for part in (b"ssh-ed25519", bytes(range(7, 39))))
+    return f"ssh-ed25519 {base64.b64encode(blob).decode()} {comment}"
+
+
+SSH_KEY = ssh_public_key("kch@linux-guest")
 
 
 @dataclass
@@ -75,13 +93,27 @@ def the_vm() -> dict[str, Any]:
     domain["cpu"] = {"sockets": 1, "cores": 1, "threads": 1, "maxSockets": 2}
     domain["memory"]["maxGuest"] = "2Gi"
     domain["firmware"]["kernelBoot"]["kernelArgs"] += f" {SMP_KERNEL_ARGS}"
-    vm["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = GRACE_SECONDS
+    spec = vm["spec"]["template"]["spec"]
+    spec["terminationGracePeriodSeconds"] = GRACE_SECONDS
+    spec["accessCredentials"] = [{"sshPublicKey": {"source": {"secret": {"secretName": SECRET}},
+                                                   "propagationMethod": {"qemuGuestAgent": {"users": ["root"]}}}}]
+    spec["readinessProbe"] = {"guestAgentPing": {}, "periodSeconds": 2, "timeoutSeconds": 10, "failureThreshold": 2}
     return vm
+
+
+def the_secret() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET}, "type": "Opaque",
+            "stringData": {"key1": SSH_KEY}}
 
 
 def the_reboot_vmi() -> dict[str, Any]:
     vmi = linux_vmi(REBOOTS, nic=False)
     vmi["spec"]["domain"]["devices"]["panicDevices"] = [{"model": "pvpanic"}]
+    vmi["spec"]["domain"]["devices"]["disks"].append({"name": "data", "disk": {"bus": "virtio"}, "serial": DATA_SERIAL})
+    vmi["spec"]["volumes"].append({"name": "data", "emptyDisk": {"capacity": "32Mi"}})
+    # run through the agent (guest-exec): Ready while the agent answers, not while the guest reboots
+    vmi["spec"]["readinessProbe"] = {"exec": {"command": ["cat", "/proc/uptime"]}, "periodSeconds": 3,
+                                     "timeoutSeconds": 30, "failureThreshold": 1}
     return vmi
 
 
@@ -93,13 +125,14 @@ def story(node_cluster: NodeCluster) -> Iterator[Story]:
         pytest.skip(reason)
     load(node_cluster, build_image())
     started = time.monotonic()
-    r = node_cluster.kubectl("create", "-f", "-", input=node_cluster.yaml([the_vm(), the_reboot_vmi()]))
+    r = node_cluster.kubectl("create", "-f", "-", input=node_cluster.yaml([the_secret(), the_vm(), the_reboot_vmi()]))
     assert r.rc == 0, r.out
     try:
         yield Story(started={"created": started})
     finally:
         node_cluster.kubectl("delete", "vm", NAME, "--ignore-not-found", "--wait=false")
         node_cluster.kubectl("delete", "vmi", REBOOTS, "--ignore-not-found", "--wait=false")
+        node_cluster.kubectl("delete", "secret", SECRET, "--ignore-not-found", "--wait=false")
 
 
 def serial_log(cluster: NodeCluster, pod: dict[str, Any]) -> str:
@@ -118,11 +151,13 @@ def wait_for_boots(cluster: NodeCluster, pod: dict[str, Any], count: int) -> str
     return found
 
 
-def running_vmi(cluster: NodeCluster, name: str = NAME) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The VMI once Ready, and the launcher pod it runs in. After the hotplug story KubeVirt's
-    workload updater keeps a migration target pod of the VM Pending beside it (one node), so the
-    pod is the one in phase Running, not any pod the VMI created."""
-    vmi = cluster.wait_for_vmi(name, ready=True, timeout=180)
+def running_vmi(cluster: NodeCluster, name: str = NAME, *, ready: bool | None = True,
+                timeout: float = 180) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The VMI once Running (and Ready, unless `ready` is None: both VMIs are Ready only while
+    their guest agent answers the readiness probe), and the launcher pod it runs in. After the
+    hotplug story KubeVirt's workload updater keeps a migration target pod of the VM Pending
+    beside it (one node), so the pod is the one in phase Running, not any pod the VMI created."""
+    vmi = cluster.wait_for_vmi(name, ready=ready, timeout=timeout)
     pods = cluster.json("get", "pods", "-l", f"kubevirt.io/created-by={vmi['metadata']['uid']}")["items"]
     running = [p for p in pods if p["status"].get("phase") == "Running"]
     assert len(running) == 1, [(p["metadata"]["name"], p["status"].get("phase")) for p in pods]
@@ -136,7 +171,7 @@ def test_the_vm_boots_the_kernel_of_its_kernel_boot_container(node_cluster: Node
     holds a socket while virt-handler bind-mounts the image's kernel and initrd into the
     launcher's view), and the VMM boots that kernel directly with the VMI's `kernelArgs`: the
     guest's init runs and says it is ready, in both VMs."""
-    _vmi, pod = running_vmi(node_cluster)
+    _vmi, pod = running_vmi(node_cluster, ready=None)
     containers = {c["name"]: c for c in pod["spec"]["containers"]}
     inits = {c["name"]: c for c in pod["spec"]["initContainers"]}
     for kernel_boot in (containers["volumekernel-boot-volume"], inits["volumekernel-boot-volume-init"]):
@@ -150,7 +185,7 @@ def test_the_vm_boots_the_kernel_of_its_kernel_boot_container(node_cluster: Node
     log = wait_for_boots(node_cluster, pod, 1)
     story.measured["first boot"] = time.monotonic() - story.started["created"]
     assert f"{guest.BOOT} 6.1." in log and f"{guest.READY} cpus=0\n" in log, log
-    _vmi, other = running_vmi(node_cluster, REBOOTS)
+    _vmi, other = running_vmi(node_cluster, REBOOTS, ready=None)
     assert vmm_info(node_cluster, other)["config"]["payload"]["cmdline"] == linux.kernel_args()
     wait_for_boots(node_cluster, other, 1)
     story.measured["both booted"] = time.monotonic() - story.started["created"]
@@ -161,15 +196,17 @@ def test_the_vm_boots_the_kernel_of_its_kernel_boot_container(node_cluster: Node
 def test_a_guest_reboot_resets_the_vm_in_its_vmm(node_cluster: NodeCluster, story: Story) -> None:
     """`reboot` in the second guest: its init shuts down cleanly, the kernel resets the machine
     and Cloud Hypervisor resets the VM in its process, the same VMI and pod going on. Its new boot
-    runs while the next stories do (`test_the_rebooted_guest_...` checks it)."""
-    vmi, pod = running_vmi(node_cluster, REBOOTS)
+    runs while the next stories do (`test_the_rebooted_guest_...` checks it). Its `exec`
+    readiness probe, which virt-handler runs through the launcher and the guest agent
+    (`guest-exec`), made it Ready; while the guest reboots no agent answers, and it is not."""
+    vmi, pod = running_vmi(node_cluster, REBOOTS, timeout=600)  # Ready: the agent ran the probe's command
     with node_cluster.console(REBOOTS) as console:
         GuestShell(console, guest.prompt("localhost"))
         story.started["reboot"] = time.monotonic()
         console.type(b"reboot\r")
         console.wait_for(guest.GOING_DOWN, timeout=300)
         console.wait_for("reboot: Restarting system", timeout=300)
-    again, pod_again = running_vmi(node_cluster, REBOOTS)
+    again, pod_again = running_vmi(node_cluster, REBOOTS, ready=False, timeout=120)
     assert (again["metadata"]["uid"], pod_again["metadata"]["uid"]) == (vmi["metadata"]["uid"],
                                                                         pod["metadata"]["uid"])
 
@@ -282,6 +319,80 @@ def test_the_guest_reads_the_cloud_init_nocloud_data_the_vmi_carries(node_cluste
         assert GuestShell(console, guest.prompt(HOSTNAME)).run("hostname").out == f"{HOSTNAME}\n"
 
 
+def condition(cluster: NodeCluster, kind: str, name: str = NAME) -> str | None:
+    """The status of the VMI's condition `kind` ("True", "False"), None when it has none."""
+    return conditions(cluster.json("get", "vmi", name)).get(kind)
+
+
+def virtctl_json(cluster: NodeCluster, *args: str) -> dict[str, Any]:
+    r = cluster.virtctl(*args)
+    assert r.rc == 0, r.out
+    found: dict[str, Any] = json.loads(r.out)
+    return found
+
+
+def test_the_guest_agent_tells_virtctl_the_guests_os_users_and_filesystems(node_cluster: NodeCluster,
+                                                                          story: Story) -> None:
+    """Debian's qemu-ga, started by the guest's init on vsock port 1023 as docs/features.md says:
+    virt-handler sets `AgentConnected` and `status.guestOSInfo`; `virtctl guestosinfo`, `userlist`
+    and `fslist` answer with what the guest itself says (`uname -r`, its host name, `who`, the
+    block devices mounted: the cloud-init disk)."""
+    running_vmi(node_cluster)  # Ready: the guestAgentPing probe went through the agent
+    node_cluster.wait_for(lambda: condition(node_cluster, "AgentConnected") == "True", "AgentConnected", timeout=60)
+    with node_cluster.console(NAME) as console:
+        shell = GuestShell(console, guest.prompt(HOSTNAME))
+        release = shell.run("uname -r").out.strip()
+        mounts = {tuple(line.split()[1:3]) for line in shell.run("grep ^/dev/ /proc/mounts").out.splitlines()}
+        who = shell.run("who 2>/dev/null").out
+    info = virtctl_json(node_cluster, "guestosinfo", NAME)
+    assert (info["hostname"], info["os"]["kernelRelease"], info["os"]["id"]) == (HOSTNAME, release, "debian"), info
+    assert info["guestAgentVersion"].startswith("7."), info
+    status = node_cluster.json("get", "vmi", NAME)["status"]["guestOSInfo"]
+    assert (status["kernelRelease"], status["id"], status["prettyName"]) == (
+        release, "debian", "Debian GNU/Linux 12 (bookworm)"), status
+    assert (virtctl_json(node_cluster, "userlist", NAME).get("items") or []) == [] and who == ""  # nobody logged in
+    filesystems = virtctl_json(node_cluster, "fslist", NAME)["items"]
+    assert {(f["mountPoint"], f["fileSystemType"]) for f in filesystems} == mounts == {("/run/cidata", "iso9660")}
+
+
+def test_agent_connected_and_the_guest_agent_ping_probe_follow_the_agent(node_cluster: NodeCluster,
+                                                                         story: Story) -> None:
+    """`killall qemu-ga` in the guest: the launcher hears the vsock connection close, virt-handler
+    drops `AgentConnected`, and the `guestAgentPing` readiness probe makes the VMI not Ready. The
+    agent started again: connected within seconds, Ready again."""
+    running_vmi(node_cluster)
+    with node_cluster.console(NAME) as console:
+        shell = GuestShell(console, guest.prompt(HOSTNAME))
+        shell.run("killall qemu-ga")
+        stopped = time.monotonic()
+        node_cluster.wait_for(lambda: condition(node_cluster, "AgentConnected") != "True", "AgentConnected to go",
+                              timeout=60)
+        gone = time.monotonic() - stopped
+        node_cluster.wait_for_vmi(NAME, ready=False, timeout=60)
+        started = time.monotonic()
+        # in the background (`-d` would lock its pid file, and this kernel has no file locking)
+        shell.run(f"{AGENT_COMMAND} </dev/null >/dev/null 2>&1 & true")
+        node_cluster.wait_for(lambda: condition(node_cluster, "AgentConnected") == "True", "AgentConnected again",
+                              timeout=60, every=0.5)
+        connected = time.monotonic() - started
+    node_cluster.wait_for_vmi(NAME, ready=True, timeout=60)
+    print(f"\nqemu-ga killed -> AgentConnected gone {gone:.1f} s; started -> AgentConnected {connected:.1f} s")
+    assert connected < 20, connected
+
+
+def test_the_guest_agent_installs_the_ssh_key_of_the_secret_for_root(node_cluster: NodeCluster, story: Story) -> None:
+    """`accessCredentials`: the Secret's key, propagated by the launcher through the agent
+    (`guest-ssh-add-authorized-keys`, as virt-launcher does), is root's `authorized_keys`;
+    virt-handler says so with `AccessCredentialsSynchronized`."""
+    running_vmi(node_cluster)
+    node_cluster.wait_for(lambda: condition(node_cluster, "AccessCredentialsSynchronized") == "True",
+                          "AccessCredentialsSynchronized", timeout=120)
+    with node_cluster.console(NAME) as console:
+        shell = GuestShell(console, guest.prompt(HOSTNAME))
+        assert shell.run("cat /root/.ssh/authorized_keys").out.splitlines() == [SSH_KEY]
+        assert shell.run("stat -c %a /root/.ssh").out == "700\n"
+
+
 def dirty_rate(cluster: NodeCluster) -> float:
     """The VM's dirty rate in bytes/s as virt-handler's /metrics shows it (one scrape)."""
     for line in cluster.virt_handler_metrics().splitlines():
@@ -320,10 +431,12 @@ def test_the_rebooted_guest_boots_again_and_virtctl_soft_reboot_powers_it_off(no
                                                                                story: Story) -> None:
     """The second guest's reboot brought it up again (a second boot in its serial log). Then
     `virtctl soft-reboot`: the launcher presses the ACPI power button and the guest shuts down
-    cleanly; the launcher boots it again (`test_after_the_soft_reboot_...` checks it)."""
-    _vmi, pod = running_vmi(node_cluster, REBOOTS)
+    cleanly; the launcher boots it again (`test_after_the_soft_reboot_...` checks it). Once the
+    rebooted guest's agent runs, the `exec` probe makes the VMI Ready again."""
+    _vmi, pod = running_vmi(node_cluster, REBOOTS, ready=None)
     wait_for_boots(node_cluster, pod, 2)
     story.measured["reboot"] = time.monotonic() - story.started["reboot"]
+    node_cluster.wait_for_vmi(REBOOTS, ready=True, timeout=300)
     with node_cluster.console(REBOOTS) as console:
         GuestShell(console, guest.prompt("localhost"))
         story.started["soft-reboot"] = time.monotonic()
@@ -354,12 +467,29 @@ def conditions(vmi: dict[str, Any]) -> dict[str, str]:
     return {c["type"]: c["status"] for c in vmi.get("status", {}).get("conditions", [])}
 
 
+def migration_report(cluster: NodeCluster, vmi: dict[str, Any]) -> str:
+    """What KubeVirt did about a VMI's migration: its migrations, its pods, its events."""
+    lines = [f"migration {m['metadata']['name']}: {m.get('status', {}).get('phase')} "
+             f"{[(c['type'], c.get('reason'), c.get('message')) for c in m.get('status', {}).get('conditions', [])]}"
+             for m in cluster.json("get", "vmim")["items"]]
+    pods = cluster.json("get", "pods", "-l", f"kubevirt.io/created-by={vmi['metadata']['uid']}")["items"]
+    for p in pods:
+        states = [(c["type"], c["status"], c.get("message")) for c in p["status"].get("conditions", [])]
+        lines.append(f"pod {p['metadata']['name']}: {p['status'].get('phase')} {states}")
+    for uid in [vmi["metadata"]["uid"], *(p["metadata"]["uid"] for p in pods)]:
+        events = cluster.json("get", "events", "--field-selector", f"involvedObject.uid={uid}")["items"]
+        lines += [f"event {e['involvedObject']['name']}: {e['reason']}: {e['message']}" for e in events]
+    return "\n".join(lines)
+
+
 def test_vcpu_and_memory_hotplug_reach_the_guest(node_cluster: NodeCluster, story: Story) -> None:
     """Raising `sockets` and `memory.guest` of the running VM (KubeVirt's default rollout strategy,
     LiveUpdate): virt-controller patches the VMI, marks it HotVCPUChange and HotMemoryChange, and
     its workload updater starts a live migration into a pod sized for the new values, which on
     this one node cannot be scheduled (KubeVirt keeps a migration's target off its source's node;
-    and on this PVM machine no switch-over succeeds anyway, `GetNestedState`). After the
+    and on this PVM machine no switch-over succeeds anyway, `GetNestedState`). (The VM has no
+    writable local disk: the add-on's migration validator would refuse that migration,
+    DisksNotLiveMigratable, and the updater could not even start it.) After the
     switch-over, the target's virt-handler would call SyncVirtualMachineCPUs and
     SyncVirtualMachineMemory with that VMI (`pkg/virt-handler/migration-target.go`): the test
     makes those two calls on the launcher's socket. The guest's ACPI sees the new vCPU and its
@@ -390,8 +520,11 @@ def test_vcpu_and_memory_hotplug_reach_the_guest(node_cluster: NodeCluster, stor
                       for e in node_cluster.json("get", "events", "--field-selector",
                                                  f"involvedObject.uid={p['metadata']['uid']}")["items"]]
             return next((m for m in events if "didn't match pod anti-affinity rules" in m), None)
-        node_cluster.wait_for(migration_target_unschedulable, "the migration target pod to stay unscheduled",
-                              timeout=120, every=2)
+        try:
+            node_cluster.wait_for(migration_target_unschedulable, "the migration target pod to stay unscheduled",
+                                  timeout=120, every=2)
+        except ClusterError as e:
+            raise AssertionError(f"{e}\n{migration_report(node_cluster, vmi)}") from None
 
         domain = call_launcher(node_cluster, pod, "SyncVirtualMachineCPUs", changed)
         assert [v["Enabled"] for v in domain["Spec"]["VCPUs"]["VCPU"]] == ["yes", "yes"], domain["Spec"]["VCPUs"]
@@ -436,18 +569,58 @@ def test_virtctl_stop_powers_the_guest_off_through_acpi_well_within_its_grace_pe
 
 
 @slow
-def test_after_the_soft_reboot_the_guest_boots_a_third_time_then_a_kernel_panic_fails_the_vmi(
-        node_cluster: NodeCluster, story: Story) -> None:
+def test_the_launcher_booted_the_soft_rebooted_guest_a_third_time(node_cluster: NodeCluster, story: Story) -> None:
     """The launcher booted the second VM again after its soft reboot: the same VMI and pod, three
-    boots in the serial log, two clean shutdowns. Then `echo c > /proc/sysrq-trigger`: the kernel
-    panics and its pvpanic driver tells the pvpanic device KubeVirt's `panicDevices` asked for;
-    the VMI ends Failed with a GuestPanicked Warning, as under QEMU."""
-    vmi, pod = running_vmi(node_cluster, REBOOTS)
+    boots in the serial log, two clean shutdowns; its agent runs the probe's command again."""
+    _vmi, pod = running_vmi(node_cluster, REBOOTS, ready=None)
     log = wait_for_boots(node_cluster, pod, 3)
     story.measured["soft-reboot"] = time.monotonic() - story.started["soft-reboot"]
     assert (log.count(guest.BOOT), log.count(guest.READY), log.count(guest.GOING_DOWN)) == (3, 3, 2), log
     print(f"\nthe second guest: reboot -> ready again {story.measured['reboot']:.0f} s, "
           f"virtctl soft-reboot -> ready again {story.measured['soft-reboot']:.0f} s")
+    node_cluster.wait_for_vmi(REBOOTS, ready=True, timeout=300)
+
+
+def test_virt_freezer_freezes_and_thaws_the_guests_filesystems(node_cluster: NodeCluster, story: Story) -> None:
+    """Velero's hook, `virt-freezer --freeze` in the compute container of the second VMI (the first
+    keeps no writable local disk: one would make it unmigratable, see the hotplug story): the
+    launcher asks the agent (`guest-fsfreeze-freeze`), the guest's ext4 on the empty disk is frozen
+    (a write to it blocks, the VMI's `fsFreezeStatus` is `frozen`); `--unfreeze` thaws it and the
+    write completes."""
+    _vmi, pod = running_vmi(node_cluster, REBOOTS)
+    freezer = ("exec", pod["metadata"]["name"], "-c", "compute", "--", "/usr/bin/virt-freezer")
+    with node_cluster.console(REBOOTS) as console:
+        shell = GuestShell(console, guest.prompt("localhost"))
+        disk = shell.run(f"grep -l {DATA_SERIAL} /sys/block/*/serial").out.split("/")[3]
+        shell.run(f"mke2fs -q /dev/{disk} && mkdir -p /data && mount -t ext4 /dev/{disk} /data", timeout=600)
+        try:
+            r = node_cluster.kubectl(*freezer, "--freeze", "--name", REBOOTS, "--namespace", "default")
+            assert r.rc == 0, r.out
+            node_cluster.wait_for(lambda: node_cluster.json("get", "vmi", REBOOTS)["status"].get("fsFreezeStatus")
+                                  == "frozen", "virt-handler to show the guest frozen", timeout=60)
+            shell.run("touch /data/written & echo $! > /run/kch/writer")
+
+            def blocked() -> bool:
+                state = shell.run("grep ^State: /proc/$(cat /run/kch/writer)/status", check=False).out
+                return "D (disk sleep)" in state
+            node_cluster.wait_for(blocked, "the write to block on the frozen filesystem", timeout=120, every=1)
+            assert shell.run("[ -e /data/written ]", check=False).rc == 1
+            r = node_cluster.kubectl(*freezer, "--unfreeze", "--name", REBOOTS, "--namespace", "default")
+            assert r.rc == 0, r.out
+            node_cluster.wait_for(lambda: shell.run("[ -e /data/written ]", check=False).rc == 0,
+                                  "the write to complete once thawed", timeout=120, every=1)
+            node_cluster.wait_for(lambda: "fsFreezeStatus" not in node_cluster.json("get", "vmi", REBOOTS)["status"],
+                                  "virt-handler to show the guest thawed", timeout=60)
+        finally:
+            node_cluster.kubectl(*freezer, "--unfreeze", "--name", REBOOTS, "--namespace", "default")
+            shell.run("umount /data", check=False, timeout=300)
+
+
+def test_a_kernel_panic_fails_the_vmi_as_under_qemu(node_cluster: NodeCluster, story: Story) -> None:
+    """`echo c > /proc/sysrq-trigger`: the kernel panics and its pvpanic driver tells the pvpanic
+    device KubeVirt's `panicDevices` asked for; the VMI ends Failed with a GuestPanicked Warning,
+    as under QEMU."""
+    vmi, pod = running_vmi(node_cluster, REBOOTS)
     with node_cluster.console(REBOOTS) as console:
         GuestShell(console, guest.prompt("localhost"))
         console.type(b"echo c > /proc/sysrq-trigger\r")
