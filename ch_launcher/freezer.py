@@ -28,7 +28,7 @@ import sys
 if __package__ in (None, ""):  # run by path (`-I`: without its own directory), as the image runs it
     sys.path.insert(0, __file__.rsplit("/", 2)[0])
 
-from ch_launcher import grpc_lite
+from ch_launcher import grpc_lite, pflag
 from ch_launcher.kubevirt.logline import line
 
 # Upstream dials this fixed path (the compute container's view of the sockets emptyDir).
@@ -45,32 +45,12 @@ class Failed(Exception):
 
 
 def parse(argv: list[str]) -> dict[str, object]:
-    """pflag's syntax (`--flag value`, `--flag=value`, `--bool`, `--bool=false`); ValueError."""
+    """pflag's syntax (`ch_launcher.pflag`; no positional arguments); ValueError."""
     values: dict[str, object] = {"freeze": False, "unfreeze": False, "name": "", "namespace": "",
                                  "unfreezeTimeoutSeconds": 300, "socket": LAUNCHER_SOCKET}
-    args = list(argv)
-    while args:
-        arg = args.pop(0)
-        name, eq, value = arg.lstrip("-").partition("=")
-        kind = FLAGS.get(name)
-        if not arg.startswith("-") or kind is None:
-            raise ValueError(f"unknown flag: {arg}")
-        if kind == "bool":
-            if eq and value.lower() not in ("true", "false", "1", "0", "t", "f"):
-                raise ValueError(f"invalid argument {value!r} for {arg}")
-            values[name] = not eq or value.lower() in ("true", "1", "t")
-            continue
-        if not eq:
-            if not args:
-                raise ValueError(f"flag needs an argument: {arg}")
-            value = args.pop(0)
-        if kind == "int":
-            try:
-                values[name] = int(value)
-            except ValueError:
-                raise ValueError(f"invalid argument {value!r} for {arg}") from None
-        else:
-            values[name] = value
+    rest = pflag.parse(argv, FLAGS, values)
+    if rest:
+        raise ValueError(f"unknown flag: {rest[0]}")
     if not values["freeze"] and not values["unfreeze"]:
         raise ValueError("either --freeze or --unfreeze must be set")
     if not values["name"] or not values["namespace"]:

@@ -24,7 +24,7 @@ import sys
 if __package__ in (None, ""):  # run by path (`-I`: without its own directory), as the image runs it
     sys.path.insert(0, __file__.rsplit("/", 2)[0])
 
-from ch_launcher import grpc_lite
+from ch_launcher import grpc_lite, pflag
 from ch_launcher.kubevirt.logline import line
 
 LAUNCHER_SOCKET = "/run/kubevirt/sockets/launcher-sock"  # upstream's cmdclient.SocketOnGuest()
@@ -35,41 +35,10 @@ FLAGS = {"socket": "str", "domainName": "str", "command": "str", "memProfile": "
 
 
 def parse(argv: list[str]) -> tuple[dict[str, object], list[str]]:
-    """pflag's syntax (`--flag value`, `--flag=value`, `--bool`, interspersed positional
-    arguments, `--` ending the flags): the flags and the positional arguments; ValueError."""
+    """pflag's syntax (`ch_launcher.pflag`): the flags and the positional arguments; ValueError."""
     values: dict[str, object] = {"socket": LAUNCHER_SOCKET, "domainName": "", "command": "", "memProfile": "",
                                  "timeoutSeconds": 1, "guestAgentPing": False, "v": 2}
-    positional: list[str] = []
-    args = list(argv)
-    while args:
-        arg = args.pop(0)
-        if arg == "--":
-            positional += args
-            break
-        if not arg.startswith("-") or arg == "-":
-            positional.append(arg)
-            continue
-        name, eq, value = arg.lstrip("-").partition("=")
-        kind = FLAGS.get(name)
-        if kind is None:
-            raise ValueError(f"unknown flag: {arg}")
-        if kind == "bool":
-            if eq and value.lower() not in ("true", "false", "1", "0", "t", "f"):
-                raise ValueError(f"invalid argument {value!r} for {arg}")
-            values[name] = not eq or value.lower() in ("true", "1", "t")
-            continue
-        if not eq:
-            if not args:
-                raise ValueError(f"flag needs an argument: {arg}")
-            value = args.pop(0)
-        if kind == "int":
-            try:
-                values[name] = int(value)
-            except ValueError:
-                raise ValueError(f"invalid argument {value!r} for {arg}") from None
-        else:
-            values[name] = value
-    return values, positional
+    return values, pflag.parse(argv, FLAGS, values)
 
 
 def run(argv: list[str]) -> int:
