@@ -97,6 +97,9 @@ def boot_source(start: Callable[..., Vmm], backend: Backend, env: dict[str, str]
     vmm = start(backend, name="src", env={**no_backtrace_env(), **(env or {})})
     vmm.client.create(vmm.config(memory={"size": MEMORY_SIZE}, **config))
     vmm.client.boot()
+    # the VMM writes its events from its own threads, possibly after vm.boot answered: a mark set
+    # before they are read would count them as the migration's
+    vmm.events.wait_for("vm:booted", timeout=30, after_mark=False)
     return vmm
 
 
